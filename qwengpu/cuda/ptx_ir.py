@@ -65,7 +65,14 @@ class Vector:
     elems: tuple[Reg | Imm, ...]
 
 
-Operand = Reg | SpecialReg | Imm | Sym | Addr | RegPair | Vector
+@dataclass(frozen=True)
+class ParamList:
+    """A parenthesised list of a `call`: (retval0) or (param0, param1)."""
+
+    elems: tuple[Sym | Reg | Imm, ...]
+
+
+Operand = Reg | SpecialReg | Imm | Sym | Addr | RegPair | Vector | ParamList
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,11 @@ class Kernel:
     variables: list[Variable] = field(default_factory=list)  # declared inside the kernel
     line: int = 0
     is_entry: bool = True  # .entry (kernel) vs .func (device function)
+    returns: list[KernelParam] = field(default_factory=list)  # .func return params
+    # Declared registers -> PTX type ("%r1" -> "b32", "%p2" -> "pred"). A register declared
+    # in a nested { } scope that shadows an outer one is renamed "%p1$1" everywhere in
+    # that scope, so names stay unique across the flattened body.
+    registers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -46,6 +46,7 @@ class Op(Enum):
 
 
 MEMORY_OPS = frozenset({Op.LD, Op.ST, Op.ATOM})
+STORE_OPS = frozenset({Op.ST, Op.ATOM})  # ops that write memory
 BINARY_ALU_OPS = frozenset(
     {Op.ADD, Op.SUB, Op.MUL, Op.MULHU, Op.MULHS, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.SRA}
 )
@@ -295,12 +296,15 @@ class Program:
                     f"block B{number} has {len(block.instrs)} instructions; "
                     f"the limit is {spec.block_size}"
                 )
-            mem_ops = sum(1 for i in block.instrs if i.op in MEMORY_OPS)
-            if mem_ops > spec.mem_ops_per_block:
+            loads = sum(1 for i in block.instrs if i.op is Op.LD)
+            stores = [s for s, i in enumerate(block.instrs) if i.op in STORE_OPS]
+            if loads > spec.loads_per_block or len(stores) > spec.stores_per_block:
                 raise ValueError(
-                    f"block B{number} has {mem_ops} memory instructions; "
-                    f"the limit is {spec.mem_ops_per_block}"
+                    f"block B{number} has {loads} loads and {len(stores)} stores/atomics; "
+                    f"the limits are {spec.loads_per_block} and {spec.stores_per_block}"
                 )
+            if stores and any(i.op is Op.LD for i in block.instrs[stores[0] :]):
+                raise ValueError(f"block B{number} loads after a store; loads must come first")
             for target in block.term.successors():
                 if not 0 <= target < len(self.blocks):
                     raise ValueError(f"block B{number} jumps to missing block B{target}")
@@ -314,8 +318,7 @@ class Program:
         words = self.data_base_word
         if words > spec.memory_words:
             raise ValueError(
-                f"params and shared memory need {words} words; the machine has "
-                f"{spec.memory_words}"
+                f"params and shared memory need {words} words; the machine has {spec.memory_words}"
             )
 
 

@@ -24,7 +24,8 @@ class MachineSpec:
     block_size: int = 4  # instructions per block = pipeline stages = one forward pass
     memory_words: int = 126  # 32-bit words of memory (params, shared, global)
     warps: int = 4  # warps per CTA: at most warps * lanes threads per CTA
-    mem_ops_per_block: int = 1  # LD/ST/ATOM per block: one memory port per pass
+    loads_per_block: int = 4  # LD per block: the memory is read at each pipeline stage
+    stores_per_block: int = 1  # ST/ATOM per block, after its loads: one write port per pass
     max_grid_ctas: int = 16  # CTAs per launch (they run one after another)
     max_steps: int = 4096  # default step budget of one launch (one step = one block)
 

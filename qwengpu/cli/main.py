@@ -1,0 +1,191 @@
+"""`qgpu`: compile, list, run and check CUDA kernels on the qgpu machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from qwengpu.errors import ArgError, QgpuError
+
+ARG_DTYPES = {
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "uint16": np.uint16,
+    "int32": np.int32,
+    "uint32": np.uint32,
+}
+ARG_SPEC = re.compile(r"^(?P<dtype>[a-z0-9]+):(?P<value>.*)$", re.S)
+
+
+def parse_arg_spec(spec: str, position: int) -> object:
+    """`int32:[1,2,3]` -> numpy array; `uint32:7` -> numpy scalar."""
+    where = f"--arg #{position + 1} '{spec}'"
+    match = ARG_SPEC.match(spec.strip())
+    if not match:
+        raise ArgError(f"{where}: expected TYPE:VALUE, e.g. int32:[1,2,3] or uint32:7")
+    name, text = match["dtype"], match["value"].strip()
+    if name not in ARG_DTYPES:
+        raise ArgError(f"{where}: unknown type '{name}' (use {', '.join(ARG_DTYPES)})")
+    dtype = np.dtype(ARG_DTYPES[name])
+    info = np.iinfo(dtype)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ArgError(
+            f"{where}: '{text}' is neither an integer nor a [list] of integers"
+        ) from None
+    items = value if isinstance(value, list) else [value]
+    if not items and isinstance(value, list):
+        raise ArgError(f"{where}: an array argument needs at least one element")
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ArgError(f"{where}: {item!r} is not an integer")
+        if not info.min <= item <= info.max:
+            raise ArgError(f"{where}: {item} is out of range for {name} ({info.min}..{info.max})")
+    if isinstance(value, list):
+        return np.array(value, dtype=dtype)
+    if dtype.itemsize != 4:
+        raise ArgError(f"{where}: scalar arguments are int32 or uint32")
+    return dtype.type(value)
+
+
+def _dim3(text: str, what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ArgError(f"--{what} '{text}': expected N or X,Y,Z") from None
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise ArgError(f"--{what} '{text}': expected 1 to 3 positive integers")
+    return dims
+
+
+def _read_source(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ArgError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from qwengpu.api import lower_ptx
+    from qwengpu.cuda import compile_cuda
+    from qwengpu.isa.listing import format_listing
+
+    source = _read_source(args.file)
+    compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
+    if args.ptx:
+        print(compiled.ptx)
+    program = lower_ptx(compiled.ptx, args.kernel)
+    if args.listing or not args.ptx:
+        print(format_listing(program))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from qwengpu.api import launch, lower_ptx
+    from qwengpu.cuda import compile_cuda
+
+    launch_args = [parse_arg_spec(spec, i) for i, spec in enumerate(args.arg or [])]
+    grid, block = _dim3(args.grid, "grid"), _dim3(args.block, "block")
+    source = _read_source(args.file)
+    compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
+    program = lower_ptx(compiled.ptx, args.kernel)
+    result = launch(
+        program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "kernel": program.name,
+                    "backend": args.backend,
+                    "grid": list(grid),
+                    "block": list(block),
+                    "steps": result.steps,
+                    "args": [_jsonable(a) for a in result.args],
+                }
+            )
+        )
+        return 0
+    for param, value in zip(program.params, result.args, strict=True):
+        print(f"{param.name} = {_jsonable(value)}")
+    print(f"# {result.steps} steps on the {args.backend} backend", file=sys.stderr)
+    return 0
+
+
+def cmd_conform(args: argparse.Namespace) -> int:
+    from qwengpu.host.conform import conform_cli
+
+    return conform_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qgpu", description="Run CUDA kernels on the qgpu machine."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    compilers = ("auto", "nvrtc", "clang", "nvcc")
+
+    p = sub.add_parser("compile", help="compile a kernel and print its machine listing")
+    p.add_argument("file")
+    p.add_argument("--kernel", help="kernel name (default: the only one)")
+    p.add_argument("--ptx", action="store_true", help="print the PTX")
+    p.add_argument("--listing", action="store_true", help="print the machine listing")
+    p.add_argument("--compiler", choices=compilers, default="auto")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="compile and launch a kernel")
+    p.add_argument("file")
+    p.add_argument("--kernel", help="kernel name (default: the only one)")
+    p.add_argument("--grid", default="1", help="N or X,Y,Z (default 1)")
+    p.add_argument("--block", default="4", help="N or X,Y,Z (default 4)")
+    p.add_argument(
+        "--arg",
+        action="append",
+        metavar="SPEC",
+        help="argument in parameter order: int32:[1,2,3] (array) or uint32:7 (scalar)",
+    )
+    p.add_argument("--backend", default="interp", help="interp (default)")
+    p.add_argument("--max-steps", type=int, default=None, help="step budget (blocks)")
+    p.add_argument("--compiler", choices=compilers, default="auto")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("conform", help="check the interpreter against a real NVIDIA GPU")
+    try:
+        from qwengpu.host.conform import add_conform_arguments
+
+        add_conform_arguments(p)
+    except ImportError:  # pragma: no cover - conform is part of the package
+        pass
+    p.set_defaults(func=cmd_conform)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except QgpuError as exc:
+        print(f"qgpu: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The driver half of the host: lay out a launch's arguments in machine memory, run it on a
+backend, copy the arrays back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qwengpu.errors import ArgError, ResourceError
+from qwengpu.isa.instr import Program
+from qwengpu.isa.spec import WORD_BYTES, WORD_MASK
+
+Dim3 = tuple[int, int, int]
+BACKENDS = ("interp",)
+INT32_MIN = -(1 << 31)
+
+
+def dim3(value: int | Sequence[int], what: str) -> Dim3:
+    """Normalise a CUDA-style dimension: an int or up to three ints."""
+    dims = (value,) if isinstance(value, int | np.integer) else tuple(value)
+    if not 1 <= len(dims) <= 3:
+        raise ArgError(f"{what} must have 1 to 3 dimensions, got {value!r}")
+    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if any(d < 1 for d in dims):
+        raise ArgError(f"{what} dimensions must be >= 1, got {dims}")
+    return dims  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ArraySlot:
+    """Where one array argument lives in machine memory."""
+
+    param: int  # index in the argument list
+    word: int  # first word
+    words: int
+    array: np.ndarray  # the caller's array, updated in place after the launch
+
+
+@dataclass(frozen=True)
+class MemoryImage:
+    words: list[int]
+    arrays: tuple[ArraySlot, ...]
+
+
+def check_geometry(program: Program, grid: Dim3, block: Dim3) -> None:
+    spec = program.spec
+    threads = block[0] * block[1] * block[2]
+    if threads > spec.threads_per_cta:
+        raise ResourceError(
+            f"block {block} has {threads} threads; the machine runs at most "
+            f"{spec.threads_per_cta} per CTA ({spec.warps} warps of {spec.lanes} lanes)"
+        )
+    ctas = grid[0] * grid[1] * grid[2]
+    if ctas > spec.max_grid_ctas:
+        raise ResourceError(
+            f"grid {grid} has {ctas} CTAs; the machine runs at most {spec.max_grid_ctas}"
+        )
+
+
+def _scalar_word(value: object, param_name: str, index: int) -> int:
+    if isinstance(value, np.ndarray):
+        raise ArgError(f"argument {index} ('{param_name}') is a scalar param; got an array")
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise ArgError(
+            f"argument {index} ('{param_name}') must be an integer, got {type(value).__name__}"
+        )
+    number = int(value)
+    if not INT32_MIN <= number <= WORD_MASK:
+        raise ArgError(f"argument {index} ('{param_name}') = {number} does not fit in 32 bits")
+    return number & WORD_MASK
+
+
+def _array_words(array: np.ndarray, param_name: str, index: int) -> np.ndarray:
+    if array.dtype.kind not in "iu" or array.dtype.itemsize > WORD_BYTES:
+        raise ArgError(
+            f"argument {index} ('{param_name}') has dtype {array.dtype}: qgpu arrays hold "
+            "integers of at most 32 bits (int8..int32, uint8..uint32)"
+        )
+    raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+    raw += b"\0" * (-len(raw) % WORD_BYTES)
+    return np.frombuffer(raw, dtype="<u4")
+
+
+def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
+    """The memory image of a launch: params, zeroed shared memory, then the arrays."""
+    spec = program.spec
+    if len(args) != len(program.params):
+        names = ", ".join(p.name for p in program.params)
+        raise ArgError(
+            f"kernel '{program.name}' takes {len(program.params)} arguments ({names}); "
+            f"got {len(args)}"
+        )
+    words = [0] * spec.memory_words
+    next_word = program.data_base_word
+    slots = []
+    for index, (param, value) in enumerate(zip(program.params, args, strict=True)):
+        if isinstance(value, np.ndarray):
+            if param.kind != "pointer":
+                raise ArgError(
+                    f"argument {index} ('{param.name}', {param.ctype}) is a scalar param; "
+                    "got an array"
+                )
+            data = _array_words(value, param.name, index)
+            end = next_word + len(data)
+            if end > spec.memory_words:
+                raise ArgError(
+                    f"argument {index} ('{param.name}'): arrays need {end - program.data_base_word}"
+                    f" words in all, but only {spec.memory_words - program.data_base_word} of the"
+                    f" machine's {spec.memory_words} words are free (params "
+                    f"{program.param_words}, shared {program.shared_words})"
+                )
+            words[next_word:end] = [int(w) for w in data]
+            words[param.word] = next_word * WORD_BYTES
+            slots.append(ArraySlot(index, next_word, len(data), value))
+            next_word = end
+        else:
+            if param.kind == "pointer" and param.ctype not in ("u64", "s64", "b64"):
+                raise ArgError(f"argument {index} ('{param.name}') must be an array")
+            words[param.word] = _scalar_word(value, param.name, index)
+    return MemoryImage(words, tuple(slots))
+
+
+def copy_back(image: MemoryImage, final_words: Sequence[int]) -> None:
+    """Write each array's final contents back into the caller's numpy array."""
+    for slot in image.arrays:
+        data = np.array(final_words[slot.word : slot.word + slot.words], dtype="<u4")
+        array = slot.array
+        flat = np.frombuffer(data.tobytes()[: array.nbytes], dtype=array.dtype.newbyteorder("<"))
+        array[...] = flat.reshape(array.shape).astype(array.dtype)
