@@ -97,9 +97,10 @@ def _tokenize(text: str) -> list[_Tok]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
-            what = "unterminated /* comment" if text.startswith("/*", pos) else "bad character"
             src = text.splitlines()[line - 1].strip()
-            raise PtxError(f"{what} {text[pos]!r}", line, src)
+            if text.startswith("/*", pos):
+                raise PtxError("unterminated /* comment", line, src)
+            raise PtxError(f"bad character {text[pos]!r}", line, src)
         kind, value = m.lastgroup or "", m.group()
         if kind in ("word", "punct", "string"):
             toks.append(_Tok(kind, value, line))
@@ -458,6 +459,7 @@ class _Parser:
         regs[unique] = ptx_type
 
     def resolve(self, name: str) -> Reg:
+        """The register `name` means here: the innermost declaration wins."""
         for scope in reversed(self.scopes):
             if name in scope:
                 return Reg(scope[name])
@@ -529,6 +531,8 @@ class _Parser:
             return imm
         if not _IDENT.fullmatch(v):
             raise self.error(f"bad operand {_show(tok)}", tok)
+        if any(v in scope for scope in self.scopes):  # a register named without '%'
+            return self.resolve(v)
         return Sym(v)
 
     def group(self, open_: str, close: str, elem: Callable[[], _T]) -> list[_T]:

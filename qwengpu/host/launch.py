@@ -93,6 +93,8 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
             f"got {len(args)}"
         )
     words = [0] * spec.memory_words
+    base = program.static_base_word
+    words[base : base + len(program.static_data)] = program.static_data
     next_word = program.data_base_word
     slots = []
     for index, (param, value) in enumerate(zip(program.params, args, strict=True)):
@@ -109,7 +111,8 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
                     f"argument {index} ('{param.name}'): arrays need {end - program.data_base_word}"
                     f" words in all, but only {spec.memory_words - program.data_base_word} of the"
                     f" machine's {spec.memory_words} words are free (params "
-                    f"{program.param_words}, shared {program.shared_words})"
+                    f"{program.param_words}, static {len(program.static_data)}, shared "
+                    f"{program.shared_words})"
                 )
             words[next_word:end] = [int(w) for w in data]
             words[param.word] = next_word * WORD_BYTES

@@ -256,7 +256,8 @@ class Param:
 class Program:
     """A lowered kernel: ROM blocks plus the memory layout the host must honour.
 
-    Memory layout (words): [params][shared memory of the CTA][arrays, placed by the host].
+    Memory layout (words): [params][static data: __constant__ and __device__ variables]
+    [shared memory of the CTA][arrays, placed by the host].
     """
 
     name: str
@@ -266,6 +267,7 @@ class Program:
     registers_used: int  # highest register index written or read
     predicates_used: int
     spec: MachineSpec
+    static_data: tuple[int, ...] = ()  # initial words of the static variables
     ptx: str = field(default="", repr=False)
 
     @property
@@ -273,13 +275,17 @@ class Program:
         return len(self.params)
 
     @property
-    def shared_base_word(self) -> int:
+    def static_base_word(self) -> int:
         return self.param_words
+
+    @property
+    def shared_base_word(self) -> int:
+        return self.param_words + len(self.static_data)
 
     @property
     def data_base_word(self) -> int:
         """First word the host may use for the launch's arrays."""
-        return self.param_words + self.shared_words
+        return self.shared_base_word + self.shared_words
 
     def validate(self) -> None:
         """Check the program against its MachineSpec; raise ValueError naming the limit."""

@@ -17,6 +17,11 @@ def format_listing(program: Program) -> str:
             f"// param {param.name}: {param.kind} ({param.ctype}) at word {param.word}"
             f" (byte {param.word * 4:#x})"
         )
+    if program.static_data:
+        lines.append(
+            f"// static data: words {program.static_base_word}.."
+            f"{program.shared_base_word - 1} = {list(program.static_data)}"
+        )
     if program.shared_words:
         lines.append(
             f"// shared memory: words {program.shared_base_word}.."
@@ -39,6 +44,7 @@ def format_listing(program: Program) -> str:
         f"//   registers    {program.registers_used:4d} / {spec.usable_registers}",
         f"//   predicates   {program.predicates_used:4d} / {spec.predicates}",
         f"//   memory words {program.data_base_word:4d} / {spec.memory_words}"
-        f"  (params {program.param_words}, shared {program.shared_words}; the rest for arrays)",
+        f"  (params {program.param_words}, static {len(program.static_data)}, "
+        f"shared {program.shared_words}; the rest for arrays)",
     ]
     return "\n".join(lines)

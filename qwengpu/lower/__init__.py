@@ -25,10 +25,27 @@ from qwengpu.lower.translate import Layout, Translator
 __all__ = ["lower_kernel"]
 
 
-def _layout(module: ir.Module, kernel: ir.Kernel) -> tuple[Layout, tuple[Param, ...], int]:
-    """Params take one word each from address 0; shared variables follow them."""
+def _initial_bytes(var: ir.Variable) -> bytes:
+    """A static variable's initial contents, little-endian, zero-filled to its size."""
+    if not var.init:
+        return bytes(var.size_bytes)
+    element = max(1, _type_bytes(var.ptx_type))
+    data = b"".join((v & ((1 << (8 * element)) - 1)).to_bytes(element, "little") for v in var.init)
+    return data.ljust(var.size_bytes, b"\0")
+
+
+def _type_bytes(ptx_type: str) -> int:
+    digits = "".join(ch for ch in ptx_type if ch.isdigit())
+    return int(digits) // 8 if digits else 0
+
+
+def _layout(
+    module: ir.Module, kernel: ir.Kernel
+) -> tuple[Layout, tuple[Param, ...], tuple[int, ...], int]:
+    """Params take one word each from address 0; static variables (__constant__,
+    __device__) follow with their initial contents, then shared variables."""
     params = []
-    param_address = {}
+    symbols: dict[str, int] = {}
     for index, param in enumerate(kernel.params):
         if param.size_bytes > 8:
             raise PtxError(
@@ -38,10 +55,29 @@ def _layout(module: ir.Module, kernel: ir.Kernel) -> tuple[Layout, tuple[Param, 
             )
         kind = "pointer" if param.size_bytes == 8 else "scalar"
         params.append(Param(param.name, kind, param.ptx_type, index))
-        param_address[param.name] = index * WORD_BYTES
+        symbols[param.name] = index * WORD_BYTES
     address = len(params) * WORD_BYTES
-    shared_address = {}
-    for var in [*module.variables, *kernel.variables]:
+    variables = [*module.variables, *kernel.variables]
+    static = bytearray()
+    for var in variables:
+        if var.space == "local":
+            raise PtxError(
+                f"local array '{var.name}' is not supported (no per-thread stack)", var.line
+            )
+        if var.space in ("global", "const"):
+            align = max(WORD_BYTES, var.align)
+            padding = -(address + len(static)) % align
+            static += bytes(padding)
+            symbols[var.name] = address + len(static)
+            static += _initial_bytes(var)
+    static += bytes(-len(static) % WORD_BYTES)
+    static_words = tuple(
+        int.from_bytes(static[i : i + WORD_BYTES], "little")
+        for i in range(0, len(static), WORD_BYTES)
+    )
+    address += len(static)
+    shared_start = address
+    for var in variables:
         if var.space == "shared":
             if var.extern:
                 raise PtxError(
@@ -51,27 +87,17 @@ def _layout(module: ir.Module, kernel: ir.Kernel) -> tuple[Layout, tuple[Param, 
                 )
             align = max(WORD_BYTES, var.align)
             address = -(-address // align) * align
-            shared_address[var.name] = address
+            symbols[var.name] = address
             address += -(-var.size_bytes // WORD_BYTES) * WORD_BYTES
-        elif var.space in ("global", "const"):
-            raise PtxError(
-                f"{var.space} variable '{var.name}' is not supported: pass data as a kernel "
-                "argument",
-                var.line,
-            )
-        elif var.space == "local":
-            raise PtxError(
-                f"local array '{var.name}' is not supported (no per-thread stack)", var.line
-            )
-    shared_words = address // WORD_BYTES - len(params)
-    return Layout(param_address, shared_address), tuple(params), shared_words
+    shared_words = (address - shared_start) // WORD_BYTES
+    return Layout(symbols), tuple(params), static_words, shared_words
 
 
 def lower_kernel(
     module: ir.Module, kernel: ir.Kernel, spec: MachineSpec = DEFAULT_SPEC, *, ptx: str = ""
 ) -> Program:
     """Lower one PTX entry to a Program for `spec`; errors name the PTX line and the limit."""
-    layout, params, shared_words = _layout(module, kernel)
+    layout, params, static_data, shared_words = _layout(module, kernel)
     translator = Translator(kernel, layout)
     blocks = simplify(translator.translate())
     successors = {b.label: successors_of(b.term) for b in blocks}  # type: ignore[arg-type]
@@ -113,6 +139,7 @@ def lower_kernel(
         registers_used=regs.used,
         predicates_used=preds.used + 1,
         spec=spec,
+        static_data=static_data,
         ptx=ptx,
     )
     try:

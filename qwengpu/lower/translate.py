@@ -132,10 +132,9 @@ class VBlock:
 
 @dataclass
 class Layout:
-    """Where params and shared variables live (byte addresses of the flat memory)."""
+    """Where params and variables live: symbol -> byte address of the flat memory."""
 
-    param_address: dict[str, int]
-    shared_address: dict[str, int]
+    symbols: dict[str, int]
 
 
 class Translator:
@@ -262,11 +261,9 @@ class Translator:
         return SPECIAL_REGISTERS[operand.name]
 
     def symbol_address(self, name: str) -> int:
-        if name in self.layout.shared_address:
-            return self.layout.shared_address[name]
-        if name in self.layout.param_address:
-            return self.layout.param_address[name]
-        raise self.error(f"unknown symbol '{name}' (only params and .shared variables exist)")
+        if name in self.layout.symbols:
+            return self.layout.symbols[name]
+        raise self.error(f"unknown symbol '{name}'")
 
     def address(self, operand: ir.Operand) -> tuple[int, int]:
         """A memory operand as (base vreg, byte offset)."""

@@ -1091,6 +1091,17 @@ case(
 )
 
 
+case(
+    "idx_1d_max_grid",
+    "idx_1d.cu",
+    (16, 1, 1),
+    B(4),
+    *_idx_1d((16, 1, 1), (4, 1, 1)),
+    ("idx_1d", "multi_cta"),
+    kernel="idx_1d",
+)
+
+
 def _idx_2d(grid, block):
     w, h = grid[0] * block[0], grid[1] * block[1]
 
