@@ -44,3 +44,7 @@ class TrapError(LaunchError):
 
 class StepLimitError(LaunchError):
     """The launch ran past its step budget (a runaway loop?)."""
+
+
+class CircuitError(QgpuError):
+    """A circuit is malformed, does not fit a geometry, or cannot be muted exactly."""

@@ -113,8 +113,7 @@ REQUIRED_TAGS: dict[str, int] = {
 
 # Valid CUDA that qgpu refuses by design, with an explicit error. The cases stay in the
 # suite for `qgpu conform` on real hardware; strict, so adding support flags the marker.
-UNSUPPORTED_BY_DESIGN: dict[str, str] = {
-}
+UNSUPPORTED_BY_DESIGN: dict[str, str] = {}
 
 MAX_THREADS_PER_CTA = 16
 MAX_CTAS = 16

@@ -99,9 +99,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from qwengpu.api import launch, lower_ptx
     from qwengpu.cuda import compile_cuda
+    from qwengpu.host.launch import dim3
 
     launch_args = [parse_arg_spec(spec, i) for i, spec in enumerate(args.arg or [])]
-    grid, block = _dim3(args.grid, "grid"), _dim3(args.block, "block")
+    grid = dim3(_dim3(args.grid, "grid"), "grid")
+    block = dim3(_dim3(args.block, "block"), "block")
     source = _read_source(args.file)
     compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
     program = lower_ptx(compiled.ptx, args.kernel)

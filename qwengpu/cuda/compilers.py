@@ -28,6 +28,8 @@ _DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
 
 @dataclass(frozen=True)
 class CompiledPtx:
+    """PTX text and how it was made; `log` keeps the warnings for the caller to show."""
+
     ptx: str
     compiler: str  # the compiler that produced it: "nvrtc", "clang" or "nvcc"
     log: str  # the compiler's messages (warnings), normalised like errors

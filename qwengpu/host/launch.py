@@ -119,8 +119,11 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
             slots.append(ArraySlot(index, next_word, len(data), value))
             next_word = end
         else:
-            if param.kind == "pointer" and param.ctype not in ("u64", "s64", "b64"):
-                raise ArgError(f"argument {index} ('{param.name}') must be an array")
+            if param.kind == "pointer":
+                raise ArgError(
+                    f"argument {index} ('{param.name}') is a pointer (64-bit) param and must "
+                    "be an array (64-bit scalars are not supported)"
+                )
             words[param.word] = _scalar_word(value, param.name, index)
     return MemoryImage(words, tuple(slots))
 

@@ -28,6 +28,7 @@ from qwengpu.isa.instr import (
     Program,
     ShflMode,
     Special,
+    StoreWidth,
     TermKind,
     VoteMode,
 )
@@ -98,6 +99,13 @@ def predicate_logic(fn: PredFn, x: bool, y: bool) -> bool:
     if fn is PredFn.OR:
         return x or y
     return x != y
+
+
+def store_field(width: StoreWidth, old: int, value: int, address: int) -> int:
+    """The word after a narrow store of `value` at byte `address` (little-endian)."""
+    shift = (address % WORD_BYTES) * 8
+    mask = ((1 << width.value) - 1) << shift
+    return (old & ~mask & WORD_MASK) | ((value << shift) & mask)
 
 
 def atomic(fn: AtomOp, old: int, b: int, c: int) -> int:
@@ -382,6 +390,9 @@ class Interpreter:
                     results.append((lane, memory[word]))
                     continue
                 new = b_of(lane) if op is Op.ST else None
+                if op is Op.ST and instr.mode is not None:
+                    address = self._address(w, lane, instr)
+                    new = store_field(instr.mode, memory[word], b_of(lane), address)  # type: ignore[arg-type]
                 if op is Op.ATOM:
                     results.append((lane, memory[word]))
                     new = atomic(instr.mode, memory[word], b_of(lane), c_of(lane))  # type: ignore[arg-type]
@@ -435,13 +446,16 @@ class Interpreter:
                 preds[lane][instr.pd] = flag
                 pred_writes.append((lane, instr.pd, flag))
 
+    def _address(self, w: int, lane: int, instr: Instr) -> int:
+        return (self.state.warps[w].regs[lane][instr.a] + instr.imm) & WORD_MASK
+
     def _word_address(self, w: int, lane: int, block_no: int, slot: int, instr: Instr) -> int:
-        regs = self.state.warps[w].regs[lane]
-        address = (regs[instr.a] + instr.imm) & WORD_MASK
-        if address % WORD_BYTES or address >= self.spec.memory_bytes:
+        address = self._address(w, lane, instr)
+        width = instr.mode.value // 8 if isinstance(instr.mode, StoreWidth) else WORD_BYTES
+        if address % width or address >= self.spec.memory_bytes:
             reason = (
-                "is not 4-byte aligned"
-                if address % WORD_BYTES
+                f"is not {width}-byte aligned"
+                if address % width
                 else f"is outside memory (0..{self.spec.memory_bytes - 1:#x})"
             )
             thread = w * self.spec.lanes + lane

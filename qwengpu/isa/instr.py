@@ -38,7 +38,7 @@ class Op(Enum):
     S2R = "s2r"  # rd = special register
     # memory (byte addresses, 4-byte aligned words)
     LD = "ld"  # rd = mem[a + imm]
-    ST = "st"  # mem[a + imm] = b
+    ST = "st"  # mem[a + imm] = b; st.8 / st.16 write one byte / halfword of the word
     ATOM = "atom"  # rd = mem[a + imm]; mem[a + imm] = fn(old, b[, c])
     # warp
     SHFL = "shfl"  # rd = a of source lane; optional pd = source lane in range
@@ -89,6 +89,13 @@ class AtomOp(Enum):
     DEC = "dec"  # mem = (old == 0 or old > b) ? b : old - 1   (unsigned)
 
 
+class StoreWidth(Enum):
+    """A narrow store writes one field of its word, leaving the other bytes as they are."""
+
+    B8 = 8
+    B16 = 16
+
+
 class ShflMode(Enum):
     UP = "up"
     DOWN = "down"
@@ -119,7 +126,7 @@ class Special(Enum):
     WARPID = "warpid"
 
 
-Mode = Cond | PredFn | AtomOp | ShflMode | VoteMode | Special | None
+Mode = Cond | PredFn | AtomOp | StoreWidth | ShflMode | VoteMode | Special | None
 
 
 @dataclass(frozen=True)
@@ -363,7 +370,7 @@ def format_instr(instr: Instr) -> str:
     elif op is Op.LD:
         body = f"ld r{instr.rd}, {_addr(instr)}"
     elif op is Op.ST:
-        body = f"st {_addr(instr)}, {_src_b(instr)}"
+        body = f"st{mode} {_addr(instr)}, {_src_b(instr)}"
     elif op is Op.ATOM:
         extra = f", {_src_c(instr)}" if instr.mode is AtomOp.CAS else ""
         body = f"atom{mode} r{instr.rd}, {_addr(instr)}, {_src_b(instr)}{extra}"

@@ -21,7 +21,17 @@ from enum import Enum
 
 from qwengpu.cuda import ptx_ir as ir
 from qwengpu.errors import PtxError
-from qwengpu.isa.instr import AtomOp, Cond, Instr, Op, PredFn, ShflMode, Special, VoteMode
+from qwengpu.isa.instr import (
+    AtomOp,
+    Cond,
+    Instr,
+    Op,
+    PredFn,
+    ShflMode,
+    Special,
+    StoreWidth,
+    VoteMode,
+)
 from qwengpu.isa.spec import WORD_BITS, WORD_BYTES, WORD_MASK
 
 ZERO = 0  # the zero register
@@ -159,6 +169,8 @@ class Translator:
         # products of mul.wide and the extensions of cvt, so that `shr.u64 d, wide, k`
         # (the compiler's division by a constant) stays exact.
         self.high_word: dict[str, int] = {}
+        # quotient and remainder registers of divisions in the current PTX basic block
+        self.divisions: dict[tuple[object, object, Ty], tuple[int, int]] = {}
 
     # -- building blocks -----------------------------------------------------------------
     def fresh_label(self) -> str:
@@ -317,6 +329,7 @@ class Translator:
         self.start(".entry")
         for item in self.kernel.body:
             if isinstance(item, ir.Label):
+                self.divisions = {}
                 self.line = item.line
                 self.finish(VTerm(TermKind.JUMP, target=item.name), item.name)
                 continue
@@ -342,7 +355,11 @@ class Translator:
         if handler is None:
             raise self.error(f"unsupported PTX instruction '{instr.full_opcode}'")
         if instr.operands and isinstance(instr.operands[0], ir.Reg):
-            self.high_word.pop(instr.operands[0].name, None)  # redefined: high word unknown
+            name = instr.operands[0].name
+            self.high_word.pop(name, None)  # redefined: high word unknown
+            self.divisions = {k: v for k, v in self.divisions.items() if name not in k[:2]}
+        if opcode in ("bra", "ret", "exit", "bar", "barrier"):
+            self.divisions = {}
         if instr.guard is not None and opcode not in GUARD_AWARE:
             self.guarded(instr, handler)
             return
@@ -511,21 +528,9 @@ class Translator:
         self.store_narrow(base, offset, self.reg(src), ty)
 
     def store_narrow(self, base: int, offset: int, value: int, ty: Ty) -> None:
-        """8/16-bit store as a read-modify-write of the containing word (not atomic)."""
-        address = self.byte_address(base, offset)
-        word, shift, mask, field_value = self.temp(), self.temp(), self.temp(), self.temp()
-        self.emit(Op.AND, rd=shift, a=address, b_imm=LOW_ADDRESS_BITS)
-        self.emit(Op.SHL, rd=shift, a=shift, b_imm=3)
-        self.emit(Op.ADD, rd=mask, a=ZERO, b_imm=(1 << ty.width) - 1)
-        self.emit(Op.AND, rd=field_value, a=value, b=mask)
-        self.emit(Op.SHL, rd=field_value, a=field_value, b=shift)
-        self.emit(Op.SHL, rd=mask, a=mask, b=shift)
-        self.emit(Op.XOR, rd=mask, a=mask, b_imm=WORD_MASK)
-        self.emit(Op.AND, rd=address, a=address, b_imm=WORD_MASK & ~LOW_ADDRESS_BITS)
-        self.emit(Op.LD, rd=word, a=address)
-        self.emit(Op.AND, rd=word, a=word, b=mask)
-        self.emit(Op.OR, rd=word, a=word, b=field_value)
-        self.emit(Op.ST, a=address, b=word)
+        """8/16-bit store: the memory unit replaces just that field of the word."""
+        width = StoreWidth.B8 if ty.width == BITS_PER_BYTE else StoreWidth.B16
+        self.emit(Op.ST, a=base, imm=offset, b=value, mode=width)
 
     def atomic_op(self, instr: ir.Instruction) -> tuple[AtomOp, Ty]:
         _, ty = self.space_and_type(instr)
@@ -879,11 +884,16 @@ class Translator:
         ty = self.types(instr)[-1]
         self.refuse_wide(ty, "division")
         dst, a, b = instr.operands
-        n, d = self.value(a, ty), self.value(b, ty)
-        if not ty.signed:
-            q, r = self.udivmod(n, d)
-            self.emit(Op.ADD, rd=self.reg(dst), a=r if want_remainder else q, b_imm=0)
-            return
+        key = (_operand_key(a), _operand_key(b), ty)
+        if key not in self.divisions:  # x / y and x % y share one division
+            self.divisions[key] = self.divmod(self.value(a, ty), self.value(b, ty), ty.signed)
+        q, r = self.divisions[key]
+        self.emit(Op.ADD, rd=self.reg(dst), a=r if want_remainder else q, b_imm=0)
+
+    def divmod(self, n: int, d: int, signed: bool) -> tuple[int, int]:
+        """Registers holding n / d and n % d with PTX's rounding toward zero."""
+        if not signed:
+            return self.udivmod(n, d)
         # |n| / |d| unsigned, then the quotient takes sign(n) ^ sign(d), the rest sign(n)
         sn, sd = self.temp(), self.temp()
         un, ud = self.temp(), self.temp()
@@ -893,16 +903,14 @@ class Translator:
         self.emit(Op.SRA, rd=sd, a=d, b_imm=WORD_BITS - 1)
         self.emit(Op.XOR, rd=ud, a=d, b=sd)
         self.emit(Op.SUB, rd=ud, a=ud, b=sd)
-        q, r = self.udivmod(un, ud)
-        out = self.reg(dst)
-        if want_remainder:
-            self.emit(Op.XOR, rd=out, a=r, b=sn)
-            self.emit(Op.SUB, rd=out, a=out, b=sn)
-        else:
-            sign = self.temp()
-            self.emit(Op.XOR, rd=sign, a=sn, b=sd)
-            self.emit(Op.XOR, rd=out, a=q, b=sign)
-            self.emit(Op.SUB, rd=out, a=out, b=sign)
+        uq, ur = self.udivmod(un, ud)
+        q, r, sign = self.temp(), self.temp(), self.temp()
+        self.emit(Op.XOR, rd=r, a=ur, b=sn)
+        self.emit(Op.SUB, rd=r, a=r, b=sn)
+        self.emit(Op.XOR, rd=sign, a=sn, b=sd)
+        self.emit(Op.XOR, rd=q, a=uq, b=sign)
+        self.emit(Op.SUB, rd=q, a=q, b=sign)
+        return q, r
 
     def udivmod(self, n: int, d: int) -> tuple[int, int]:
         """Unsigned n / d and n % d by shift-and-subtract over the quotient's bits.
@@ -1111,6 +1119,10 @@ class Translator:
 
     def op_call(self, instr: ir.Instruction) -> None:
         raise self.error("function calls are not supported (device functions must be inlined)")
+
+
+def _operand_key(operand: ir.Operand) -> object:
+    return operand.name if isinstance(operand, ir.Reg) else operand
 
 
 # Instructions whose handlers take care of their own guard (they are a single machine

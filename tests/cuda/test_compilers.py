@@ -7,8 +7,7 @@ import tempfile
 
 import pytest
 
-from qwengpu.cuda import CompiledPtx, compile_cuda, find_entry, parse_ptx
-from qwengpu.cuda import compilers
+from qwengpu.cuda import CompiledPtx, compile_cuda, compilers, find_entry, parse_ptx
 from qwengpu.errors import CompileError, CompilerNotFound, PtxError
 
 SOURCE = """\
@@ -90,7 +89,7 @@ def test_find_entry_missing_lists_kernels(nvrtc_module):
 
 def test_find_entry_ignores_device_functions():
     ptx = compile_cuda(
-        '__device__ __noinline__ int helper(int a) { return a + 1; }\n'
+        "__device__ __noinline__ int helper(int a) { return a + 1; }\n"
         'extern "C" __global__ void k(int* p) { p[0] = helper(p[1]); }\n'
     ).ptx
     module = parse_ptx(ptx)

@@ -266,12 +266,7 @@ def test_addresses_and_symbols():
 
 
 def test_guards_labels_and_branches():
-    k = body(
-        "$L__BB0_1:\n"
-        "@%p1 bra $L__BB0_1;\n"
-        "@!%p2 bra.uni $L__BB0_2;\n"
-        "$L__BB0_2: ret;"
-    )
+    k = body("$L__BB0_1:\n@%p1 bra $L__BB0_1;\n@!%p2 bra.uni $L__BB0_2;\n$L__BB0_2: ret;")
     assert k.body[0] == Label("$L__BB0_1", 9)
     first, second, ret = instrs(k)
     assert first.guard == Guard(Reg("%p1")) and first.operands == (Sym("$L__BB0_1"),)

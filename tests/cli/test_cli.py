@@ -1,0 +1,177 @@
+"""`qgpu` end to end: real NVRTC, real lowering, the interpreter; errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qwengpu.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DOT = str(ROOT / "examples" / "dot.cu")
+DOT_ARGS = ["--arg", "int32:[1,2,3]", "--arg", "int32:[4,5,6]", "--arg", "int32:[0]"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def kernel_file(tmp_path: Path, source: str, name: str = "k.cu") -> str:
+    path = tmp_path / name
+    path.write_text(source)
+    return str(path)
+
+
+def expect_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    code, _out, err = run_cli(capsys, *argv)
+    assert code == 1, err
+    assert err.startswith("qgpu: error: ")
+    assert "Traceback" not in err
+    return err
+
+
+def test_dot_example_prints_32(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3")
+    assert code == 0
+    assert "dot_param_2 = [32]" in out
+
+
+def test_json_output_has_every_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "uint32:3", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["args"] == [[1, 2, 3], [4, 5, 6], [32], 3]
+    assert result["grid"] == [1, 1, 1] and result["block"] == [4, 1, 1]
+    assert result["steps"] > 0
+
+
+def test_compile_prints_listing_with_totals(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "compile", DOT)
+    assert code == 0
+    assert "B0:" in out and "ROM blocks" in out and "registers" in out
+    code, out, _ = run_cli(capsys, "compile", DOT, "--ptx")
+    assert ".entry dot" in out
+
+
+def test_cuda_syntax_error_reports_file_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = kernel_file(tmp_path, "__global__ void k(int* a) {\n  a[0] = 1 +;\n}\n", "broken.cu")
+    err = expect_error(capsys, "compile", path)
+    assert "broken.cu:2:" in err
+
+
+def test_unsupported_ptx_instruction_names_instruction_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = (
+        'extern "C" __global__ void k(int* a) {\n'
+        "  int r;\n"
+        '  asm("prmt.b32 %0, %1, %2, 0x3210;" : "=r"(r) : "r"(a[0]), "r"(a[1]));\n'
+        "  a[0] = r;\n"
+        "}\n"
+    )
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert "unsupported PTX instruction 'prmt.b32'" in err
+    assert "PTX line" in err
+
+
+def test_float_kernel_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] *= 2.5f; }\n'
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert "floating-point" in err
+
+
+def test_too_many_registers(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    loads = "\n".join(f"  int v{i} = a[{i}] * (threadIdx.x + {i});" for i in range(18))
+    total = " + ".join(f"v{i} * v{(i + 1) % 18}" for i in range(18))
+    source = f'extern "C" __global__ void k(int* a) {{\n{loads}\n  a[0] = {total};\n}}\n'
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert "registers at PTX line" in err and "the machine has 15" in err
+
+
+def test_too_many_blocks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    body = "\n".join(f"  if (a[{i}] > {i}) a[{i + 1}] += {i};" for i in range(40))
+    source = f'extern "C" __global__ void k(int* a) {{\n{body}\n}}\n'
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert "ROM blocks" in err and "32" in err
+
+
+def test_too_many_threads(capsys: pytest.CaptureFixture[str]) -> None:
+    err = expect_error(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3", "--block", "32")
+    assert "32 threads" in err and "at most 16" in err
+
+
+def test_arrays_that_do_not_fit_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    big = "int32:[" + ",".join(["1"] * 100) + "]"
+    err = expect_error(
+        capsys, "run", DOT, "--arg", big, "--arg", big, "--arg", "int32:[0]", "--arg", "int32:3"
+    )
+    assert "words" in err and "126" in err
+
+
+def test_runaway_loop_hits_the_step_budget(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = 'extern "C" __global__ void k(volatile int* a) { while (a[0] == 0) { a[1]++; } }\n'
+    err = expect_error(
+        capsys, "run", kernel_file(tmp_path, source), "--arg", "int32:[0,0]", "--max-steps", "200"
+    )
+    assert "step budget of 200" in err
+
+
+def test_out_of_range_access_traps(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = 'extern "C" __global__ void k(int* a) { a[threadIdx.x * 1000] = 1; }\n'
+    err = expect_error(capsys, "run", kernel_file(tmp_path, source), "--arg", "int32:[0]")
+    assert "illegal address" in err and "outside memory" in err and "PTX line" in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("int32:[1,2", "neither an integer nor a [list]"),
+        ("float32:[1]", "unknown type 'float32'"),
+        ("int32", "expected TYPE:VALUE"),
+        ('int32:[1,"x"]', "is not an integer"),
+        ("int8:[300]", "out of range for int8"),
+        ("int32:4294967295", "out of range for int32"),
+        ("int8:5", "scalar arguments are int32 or uint32"),
+        ("int32:[]", "at least one element"),
+    ],
+)
+def test_malformed_arg_specs(capsys: pytest.CaptureFixture[str], spec: str, message: str) -> None:
+    err = expect_error(capsys, "run", DOT, "--arg", spec)
+    assert message in err
+    assert "--arg #1" in err
+
+
+def test_wrong_argument_count_and_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    err = expect_error(capsys, "run", DOT, *DOT_ARGS)
+    assert "takes 4 arguments" in err and "got 3" in err
+    err = expect_error(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:[3]")
+    assert "scalar param; got an array" in err
+    err = expect_error(
+        capsys,
+        "run",
+        DOT,
+        "--arg",
+        "int32:1",
+        "--arg",
+        "int32:[4,5,6]",
+        "--arg",
+        "int32:[0]",
+        "--arg",
+        "int32:3",
+    )
+    assert "must be an array" in err
+
+
+def test_bad_grid_and_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    err = expect_error(capsys, "run", DOT, "--grid", "0")
+    assert "--grid" in err
+    err = expect_error(capsys, "run", "does/not/exist.cu")
+    assert "cannot read" in err
