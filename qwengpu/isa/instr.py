@@ -134,8 +134,9 @@ class Instr:
     """One machine instruction.
 
     Register fields index the lane's register file (0 is the zero register); predicate
-    fields index its predicate file. `b` and `c` are registers unless `b_imm` / `c_imm`
-    hold a 32-bit immediate, which then replaces them.
+    fields index its predicate file. `b` is a register unless `b_imm` holds a 32-bit
+    immediate; `c` is a register unless `c_imm` holds shfl's 13-bit clamp/segmask constant
+    (the only instruction with an immediate c, so that an instruction fits one ROM row).
     """
 
     op: Op
@@ -175,7 +176,7 @@ class Instr:
             regs += [self.a] + ([self.b] if self.b_imm is None else [])
         elif op is Op.ATOM:
             regs += [self.a] + ([self.b] if self.b_imm is None else [])
-            if self.mode is AtomOp.CAS and self.c_imm is None:
+            if self.mode is AtomOp.CAS:
                 regs.append(self.c)
         elif op is Op.SHFL:
             regs += [self.a] + ([self.b] if self.b_imm is None else [])
@@ -322,6 +323,8 @@ class Program:
                 if not 0 <= target < len(self.blocks):
                     raise ValueError(f"block B{number} jumps to missing block B{target}")
             for instr in block.instrs:
+                if instr.c_imm is not None and (instr.op is not Op.SHFL or instr.c_imm >> 13):
+                    raise ValueError(f"B{number}: only shfl takes an immediate c (13 bits)")
                 for reg in (instr.rd, instr.a, instr.b, instr.c):
                     if not 0 <= reg < spec.registers:
                         raise ValueError(f"B{number}: register r{reg} out of range in {instr}")

@@ -41,6 +41,7 @@ LOW_ADDRESS_BITS = WORD_BYTES - 1  # byte offset inside a word
 BITS_PER_BYTE = 8
 
 SPECIAL_REGISTERS = {s.value: s for s in Special}
+SHFL_C_LIMIT = 1 << 13  # shfl's c: clamp in bits 0-4, segmask in bits 8-12
 SIGNED_CONDS = {"lt": Cond.LT, "le": Cond.LE, "gt": Cond.GT, "ge": Cond.GE}
 UNSIGNED_CONDS = {"lt": Cond.LO, "le": Cond.LS, "gt": Cond.HI, "ge": Cond.HS}
 PLAIN_CONDS = {
@@ -554,7 +555,7 @@ class Translator:
         fields: dict[str, object] = {"rd": self.reg(dst), "a": base, "imm": offset, "mode": fn}
         fields.update(self.src(values[0]))
         if fn is AtomOp.CAS:
-            fields.update(self.src_c(values[1]))
+            fields["c"] = self.reg(values[1])  # c is a register (the ROM row has no room)
         self.emit(Op.ATOM, **fields)
 
     def op_red(self, instr: ir.Instruction) -> None:
@@ -1035,6 +1036,8 @@ class Translator:
         else:
             fields["rd"] = self.reg(dst)
         fields.update(self.src(b))
+        if isinstance(c, ir.Imm) and not 0 <= c.value < SHFL_C_LIMIT:
+            raise self.error(f"shfl's c operand {c.value:#x} has bits beyond clamp and segmask")
         fields.update(self.src_c(c))
         self.emit(Op.SHFL, **fields)
 
