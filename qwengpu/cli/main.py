@@ -110,6 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = launch(
         program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
     )
+    if args.trace:
+        from qwengpu.interp.machine import format_step
+
+        for step in result.trace:
+            print(format_step(step), file=sys.stderr)
     if args.json:
         print(
             json.dumps(
@@ -166,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None, help="step budget (blocks)")
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", action="store_true", help="print every step to stderr")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("conform", help="check the interpreter against a real NVIDIA GPU")

@@ -215,6 +215,21 @@ class Step:
     next_blocks: tuple[int, ...]  # every lane's next block after the step (EXITED = -1)
 
 
+def format_step(step: Step) -> str:
+    """One line per step, e.g. `#3 cta0 w1 B4 lanes[0,1] r2=[0x5,0x7] mem[12]=0x20`: each
+    register's final value per lane that wrote it, and every memory write in order."""
+    lanes = ",".join(str(lane) for lane in step.active)
+    parts = [f"#{step.index} cta{step.cta} w{step.warp} B{step.block} lanes[{lanes}]"]
+    regs: dict[int, dict[int, int]] = {}
+    for lane, reg, value in step.reg_writes:
+        regs.setdefault(reg, {})[lane] = value
+    for reg, values in sorted(regs.items()):
+        shown = ",".join(f"{values[lane]:#x}" for lane in sorted(values))
+        parts.append(f"r{reg}=[{shown}]")
+    parts += [f"mem[{word}]={value:#x}" for word, value in step.mem_writes]
+    return " ".join(parts)
+
+
 @dataclass
 class WarpState:
     regs: list[list[int]]

@@ -175,3 +175,11 @@ def test_bad_grid_and_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--grid" in err
     err = expect_error(capsys, "run", "does/not/exist.cu")
     assert "cannot read" in err
+
+
+def test_trace_prints_every_step(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3", "--trace")
+    assert code == 0
+    steps = [line for line in err.splitlines() if line.startswith("#")]
+    assert steps[0].startswith("#0 cta0 w0 B0 lanes[0,1,2,3]")
+    assert any("mem[" in line for line in steps)  # the atomic's writes
