@@ -48,3 +48,11 @@ class StepLimitError(LaunchError):
 
 class CircuitError(QgpuError):
     """A circuit is malformed, does not fit a geometry, or cannot be muted exactly."""
+
+
+class ModelError(QgpuError):
+    """A base model cannot be fetched, read or used (missing, offline, unsupported layout)."""
+
+
+class CheckpointError(QgpuError):
+    """A merged checkpoint is missing, corrupt, or built for another MachineSpec/compiler."""

@@ -174,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", action="store_true", help="print every step to stderr")
     p.set_defaults(func=cmd_run)
 
+    from qwengpu.model.cli import add_build_arguments, add_drift_arguments, build_cli, drift_cli
+
+    p = sub.add_parser("build", help="merge the compiled circuit into a Qwen3.5 checkpoint")
+    add_build_arguments(p)
+    p.set_defaults(func=build_cli)
+
+    p = sub.add_parser("drift", help="compare a merged checkpoint's text logits with its base")
+    add_drift_arguments(p)
+    p.set_defaults(func=drift_cli)
+
     p = sub.add_parser("conform", help="check the interpreter against a real NVIDIA GPU")
     try:
         from qwengpu.host.conform import add_conform_arguments

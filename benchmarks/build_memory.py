@@ -1,0 +1,97 @@
+"""Peak memory and time of `qgpu build` (issue 5: the 2B build must fit in 16 GB of RAM).
+
+    uv run python benchmarks/build_memory.py                 # synthetic:2b, passthrough
+    uv run python benchmarks/build_memory.py --base synthetic:0.8b --keep
+
+Each phase runs in its own process so that its peak RSS is its own: (1) getting the base
+(for synthetic:* this generates it into the qwengpu cache, once), (2) the build itself,
+streamed layer by layer into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LIMIT_GB = 16.0
+
+
+def _peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _phase(args: argparse.Namespace) -> None:
+    from qwengpu.model.base import resolve_base
+    from qwengpu.model.merge import build_checkpoint
+
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"  {time.monotonic() - started:7.1f} s  {message}", file=sys.stderr)
+
+    if args.phase == "base":
+        base = resolve_base(args.base, progress=say)
+        detail = base.describe()
+    else:
+        result = build_checkpoint(
+            args.base,
+            Path(args.out),
+            progress=say,
+        )
+        size = sum(p.stat().st_size for p in result.path.iterdir())
+        detail = f"{result.path} ({size / 1e9:.2f} GB)"
+    print(
+        json.dumps({"seconds": time.monotonic() - started, "peak_gb": _peak_gb(), "detail": detail})
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="synthetic:2b")
+    parser.add_argument("--out", help="where to build (default: a temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the built checkpoint")
+    parser.add_argument("--phase", choices=("base", "build"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase:
+        _phase(args)
+        return 0
+
+    scratch = Path(tempfile.mkdtemp(prefix="qgpu-bench-"))
+    out = Path(args.out) if args.out else scratch / "checkpoint"
+    worst = 0.0
+    try:
+        for phase in ("base", "build"):
+            command = [
+                sys.executable,
+                __file__,
+                "--phase",
+                phase,
+                "--base",
+                args.base,
+                "--out",
+                str(out),
+            ]
+            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            worst = max(worst, figures["peak_gb"]) if phase == "build" else worst
+            print(
+                f"{phase:5s}: {figures['seconds']:8.1f} s, peak RSS "
+                f"{figures['peak_gb']:6.2f} GB  {figures['detail']}"
+            )
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    verdict = "within" if worst < LIMIT_GB else "OVER"
+    print(f"build peak RSS {worst:.2f} GB: {verdict} the {LIMIT_GB:g} GB budget")
+    return 0 if worst < LIMIT_GB else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
