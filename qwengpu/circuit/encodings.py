@@ -205,6 +205,32 @@ class Ints(Encoding):
 
 
 @dataclass(frozen=True)
+class IntVec(Encoding):
+    """Small integers with a range per channel, e.g. the column counts of a multiplier."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @property
+    def width(self) -> int:  # type: ignore[override]
+        return len(self.ranges)
+
+    def dim_range(self, index: int) -> tuple[int, int]:
+        return self.ranges[index]
+
+    def encode(self, value: int) -> list[int]:
+        raise CircuitError(f"{self} holds a vector")
+
+    def decode(self, channels: np.ndarray) -> np.ndarray:
+        raise CircuitError(f"{self} holds a vector; read its channels directly")
+
+    def __str__(self) -> str:
+        return f"IntVec({len(self.ranges)})"
+
+
+@dataclass(frozen=True)
 class DualRail(Encoding):
     """n bits as 2n channels: bit i in channel i and its complement in channel n + i. The
     channel sum of squares is always n: a fixed-norm encoding."""

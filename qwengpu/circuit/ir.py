@@ -182,21 +182,29 @@ class Circuit:
         self.ops: list[Op] = []
         self.memories: dict[str, Memory] = {}
         self._consumed: dict[str, str] = {}  # field -> in-place op that took its channels
-        self._counter = 0
 
     # -- naming --------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
         """A new unique name based on `hint`."""
-        if hint not in self.fields and hint not in self.memories and not self._op_named(hint):
+        taken = self.fields.keys() | self.memories.keys()
+        if hint not in taken:
             return hint
-        while True:
-            self._counter += 1
-            name = f"{hint}.{self._counter}"
-            if name not in self.fields and not self._op_named(name):
-                return name
+        k = 1
+        while f"{hint}.{k}" in taken:
+            k += 1
+        return f"{hint}.{k}"
 
     def _op_named(self, name: str) -> bool:
         return any(op.name == name for op in self.ops)
+
+    def fresh_op(self, hint: str) -> str:
+        """A new unique op name (ops have their own namespace)."""
+        if not self._op_named(hint):
+            return hint
+        k = 1
+        while self._op_named(f"{hint}.{k}"):
+            k += 1
+        return f"{hint}.{k}"
 
     def new_field(self, name: str, encoding: Encoding, lanes: int = 1) -> Field:
         """Declare an internal field (written by an op created right after)."""
@@ -245,7 +253,7 @@ class Circuit:
     ) -> MlpOp:
         """Add a block of neurons. Every neuron may only read `inputs` and write `outputs`
         (or, for in-place outputs, the input channels they take over)."""
-        op_name = self.fresh(name or kind)
+        op_name = self.fresh_op(name or (outputs[0].name if outputs else kind))
         for f in inputs:
             self._check_usable(f, f"op {op_name!r}")
         in_names = {f.name for f in inputs}
@@ -320,7 +328,7 @@ class Circuit:
     ) -> MemoryWrite:
         """mem[addr] <- data on tokens where `when` is 1."""
         data = (data,) if isinstance(data, Field) else tuple(data)
-        op_name = self.fresh(name or f"{mem.name}.write")
+        op_name = self.fresh_op(name or f"{mem.name}.write")
         self._check_address(mem, addr, f"write {op_name!r}")
         self._check_when(when, f"write {op_name!r}")
         if len(data) != len(mem.columns):
@@ -351,7 +359,7 @@ class Circuit:
     ) -> MemoryRead:
         """The row `addr` of `mem` (zeros where `when` is 0 or the row was never written).
         Returns the op; its `outputs` are one field per column (and `valid`)."""
-        op_name = self.fresh(name or f"{mem.name}.read")
+        op_name = self.fresh_op(name or f"{mem.name}.read")
         self._check_address(mem, addr, f"read {op_name!r}")
         self._check_when(when, f"read {op_name!r}")
         for f in (addr, *([when] if when else [])):

@@ -9,7 +9,6 @@ one-lane operand combines with every lane of a many-lane operand.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from qwengpu.circuit import craft
@@ -485,5 +484,3 @@ __all__ = [
     "xor",
     "ints",
 ]
-
-_ = Fraction  # re-exported type in signatures of callers
