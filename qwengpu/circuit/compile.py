@@ -147,15 +147,19 @@ def compile_circuit(
     *,
     embedding: Any = None,
     mute_rows: np.ndarray | None = None,
+    mute_direction: np.ndarray | None = None,
     **schedule_options: Any,
 ) -> CompiledCircuit:
     """Schedule `circuit` for `geometry`, emit its layers and, given the base's token
     `embedding` matrix (vocab x hidden), mute them for every row in `mute_rows` (default
-    all rows); without an embedding the layers are unmuted (circuit tokens only)."""
+    all rows), along `mute_direction` if given (else the best one found on the mute
+    dims); without an embedding the layers are unmuted (circuit tokens only). Options go
+    to `schedule` (keep_base_pattern, pad_to_pattern, max_layers, min_mute_dims,
+    dim_order, clear_dead)."""
     sched = schedule(circuit, geometry, **schedule_options)
     layers = emit_layers(sched)
     report = None
     if embedding is not None:
-        report = mute_layers(layers, sched, embedding, mute_rows)
+        report = mute_layers(layers, sched, embedding, mute_rows, mute_direction)
     return CompiledCircuit(circuit, sched, layers, report)
 

@@ -58,9 +58,16 @@ class MuteDirection:
 class MuteReport:
     scale: float  # m
     direction: MuteDirection
+    row: np.ndarray  # the (mute dims) entries added to every gate-like row: bf16(m * w)
     gate_bound: float  # max ||row_C|| over every gate-like row of every layer
     worst_row: int
     worst_ratio: float  # min over rows of (mute part) / (needed), > 1 means muted
+
+    def vector(self, hidden: int) -> np.ndarray:
+        """The (hidden,) row every gate-like row of every circuit layer got added."""
+        v = np.zeros(hidden)
+        v[self.direction.dims] = self.row
+        return v
 
     def describe(self) -> str:
         return (
@@ -129,20 +136,44 @@ def _bf16(values: np.ndarray) -> np.ndarray:
     return torch.tensor(values, dtype=torch.float32).bfloat16().double().numpy()
 
 
+def given_direction(
+    x_hat: np.ndarray, vector: np.ndarray, mute_dims: Sequence[int], rows: np.ndarray | None
+) -> MuteDirection:
+    """Use a direction computed elsewhere (e.g. the checkpoint builder's optimal one); it
+    must be zero off the mute dims, where circuit tokens are not 0."""
+    vector = np.asarray(vector, dtype=np.float64).reshape(-1)
+    dims = np.asarray(mute_dims, dtype=np.int64)
+    off = np.setdiff1d(np.arange(len(vector)), dims)
+    if np.any(vector[off]):
+        raise MuteError("the given mute direction is nonzero on dims the circuit uses")
+    w = vector[dims] / np.linalg.norm(vector[dims])
+    rows = np.arange(x_hat.shape[0]) if rows is None else np.asarray(rows)
+    margins = -(x_hat[np.ix_(rows, dims)] @ w)
+    if margins.min() <= 0:
+        raise MuteError(f"the given mute direction leaves embedding row "
+                        f"{int(rows[int(np.argmin(margins))])} at margin {margins.min():.4f}")
+    return MuteDirection(dims, w, margins, rows)
+
+
 def mute_layers(
     layers: list[EmittedLayer],
     schedule: Schedule,
     embedding,
     rows: np.ndarray | None = None,
+    direction: np.ndarray | None = None,
 ) -> MuteReport:
     """Add the muting term to every gate-like row, checked against every embedding row.
 
     `embedding`: the base's token embedding matrix (vocab x hidden, its own dtype);
-    `rows`: the rows text can produce (default: all). Raises MuteError when they cannot
-    all be muted."""
+    `rows`: the rows text can produce (default: all); `direction`: a (hidden,) direction to
+    use instead of searching one (zero off `schedule.mute_dims()`). Raises MuteError when
+    the rows cannot all be muted."""
     eps = schedule.geometry.rms_norm_eps
     x_hat = normalised_rows(embedding, eps)
-    direction = find_mute_direction(x_hat, schedule.mute_dims(), rows)
+    if direction is None:
+        direction = find_mute_direction(x_hat, schedule.mute_dims(), rows)
+    else:
+        direction = given_direction(x_hat, direction, schedule.mute_dims(), rows)
     used = np.array(sorted(schedule.used_dims()), dtype=np.int64)
     gate_bound = 0.0
     for layer in layers:
@@ -169,7 +200,8 @@ def mute_layers(
         for name, idx in layer.gate_rows.items():
             if len(idx):
                 layer.params[name][np.ix_(idx, direction.dims)] += mute_row
-    return MuteReport(scale, direction, gate_bound, int(sel[worst]), float(ratio[worst]))
+    return MuteReport(scale, direction, mute_row, gate_bound, int(sel[worst]),
+                      float(ratio[worst]))
 
 
 def synthetic_embedding(

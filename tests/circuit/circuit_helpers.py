@@ -32,6 +32,21 @@ MEMWIDE = Geometry(
 )
 """Room for a memory row wider than one head (two value heads per copy)."""
 
+ODD = Geometry(
+    name="test-odd",
+    hidden=640,
+    intermediate=1024,
+    linear_key_heads=2,
+    linear_value_heads=4,
+    attention_heads=2,
+    kv_heads=1,
+    head_dim=64,
+    vocab_size=64,
+)
+"""Like Qwen3.5-4B in the two ways that matter: a hidden size that is not a power of two
+(640 = 10 x 4^3: ten anchor channels, as 2560 = 10 x 4^4) and two value heads per key head
+(grouped value attention)."""
+
 WIDE = Geometry(
     name="test-wide",
     hidden=768,

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from circuit_helpers import DTYPES, MEMWIDE, TINY2, model_for  # noqa: E402
+from circuit_helpers import DTYPES, MEMWIDE, ODD, TINY2, model_for  # noqa: E402
 from hypothesis import Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -23,7 +23,7 @@ ROWS = 16
 
 
 @lru_cache(maxsize=None)
-def register_file():
+def register_file(geometry=TINY2):
     """A 16-row memory of two 8-bit lanes; reads feed an adder (a later layer)."""
     c = Circuit("regfile")
     wa = c.input("wa", Bits(4))
@@ -36,7 +36,7 @@ def register_file():
     r = c.read(mem, ra, when=re, valid=True)
     total = c.add(r.outputs[0], d)
     c.output(r.outputs[0], r.valid, total)
-    return compile_circuit(c, TINY2, pad_to_pattern=False), r, total
+    return compile_circuit(c, geometry, pad_to_pattern=False), r, total
 
 
 def reference(wa, d, we, ra, re):
@@ -192,3 +192,21 @@ def test_two_writes_to_one_memory_are_rejected():
     c.write(mem, a, [v])
     with pytest.raises(CircuitError, match="merge them"):
         compile_circuit(c, TINY)
+
+
+def test_grouped_value_heads_and_ten_anchors():
+    """Two value heads per key head and a 640-wide residual with ten anchors."""
+    compiled, read, total = register_file(ODD)
+    assert compiled.schedule.anchors.count == 10
+    slot = compiled.schedule.layers[0].slots[0]
+    assert slot.value_heads == [2 * slot.key_heads[0]]
+    rng = np.random.default_rng(2)
+    wa, d, we, ra, re = traffic(rng, 2, 24)
+    want, _ = reference(wa, d, we, ra, re)
+    embeds = compiled.embed({"wa": wa, "d": d, "we": we, "ra": ra, "re": re})
+    for dtype in DTYPES:
+        for mode in ("prefill", "decode"):
+            residual = model_for(compiled, dtype).run(embeds=embeds, mode=mode)
+            assert np.array_equal(compiled.decode(residual, read.outputs[0]), want)
+            assert np.array_equal(compiled.decode(residual, total), (want + d) % 256)
+            compiled.check_residual(residual)
