@@ -27,6 +27,17 @@ def _peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
+def _status_gb(field: str) -> float:
+    """A /proc/self/status memory figure (Linux), in GB; 0 where unavailable."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
 def _phase(args: argparse.Namespace) -> None:
     from qwengpu.model.base import resolve_base
     from qwengpu.model.merge import build_checkpoint
@@ -34,7 +45,12 @@ def _phase(args: argparse.Namespace) -> None:
     started = time.monotonic()
 
     def say(message: str) -> None:
-        print(f"  {time.monotonic() - started:7.1f} s  {message}", file=sys.stderr)
+        rss, peak = _status_gb("VmRSS"), _status_gb("VmHWM")
+        print(
+            f"  {time.monotonic() - started:7.1f} s  rss {rss:5.2f} GB (peak {peak:5.2f})  "
+            f"{message}",
+            file=sys.stderr,
+        )
 
     if args.phase == "base":
         base = resolve_base(args.base, progress=say)

@@ -40,7 +40,7 @@ def circuit_compiler(name: str, say=print):
         if name != "machine":
             raise ModelError(f"circuit '{name}' is not available") from None
         say(
-            "qgpu: the GPU circuit (qwengpu.machine) is not available yet; building the "
+            "the GPU circuit (qwengpu.machine) is not available yet; building the "
             "passthrough circuit instead: muted do-nothing layers, text unchanged, no GPU"
         )
         return circuit_compiler("passthrough", say)
