@@ -108,10 +108,13 @@ def store_field(width: StoreWidth, old: int, value: int, address: int) -> int:
     return (old & ~mask & WORD_MASK) | ((value << shift) & mask)
 
 
+ATOMIC_ALU_OPS = {AtomOp.ADD: Op.ADD, AtomOp.AND: Op.AND, AtomOp.OR: Op.OR, AtomOp.XOR: Op.XOR}
+
+
 def atomic(fn: AtomOp, old: int, b: int, c: int) -> int:
     """The new memory word of an atomic read-modify-write."""
-    if fn is AtomOp.ADD:
-        return (old + b) & WORD_MASK
+    if fn in ATOMIC_ALU_OPS:
+        return alu(ATOMIC_ALU_OPS[fn], old, b)
     if fn is AtomOp.MIN:
         return old if to_signed(old) <= to_signed(b) else b
     if fn is AtomOp.MAX:
@@ -120,12 +123,6 @@ def atomic(fn: AtomOp, old: int, b: int, c: int) -> int:
         return min(old, b)
     if fn is AtomOp.MAXU:
         return max(old, b)
-    if fn is AtomOp.AND:
-        return old & b
-    if fn is AtomOp.OR:
-        return old | b
-    if fn is AtomOp.XOR:
-        return old ^ b
     if fn is AtomOp.EXCH:
         return b
     if fn is AtomOp.CAS:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from qwengpu.cuda import ptx_ir as ir
 from qwengpu.errors import PtxError, ResourceError
-from qwengpu.isa.instr import Block, Param, Program
+from qwengpu.isa.instr import Block, Param, Program, TermKind
 from qwengpu.isa.spec import DEFAULT_SPEC, WORD_BYTES, MachineSpec
 from qwengpu.lower.cfg import cut_blocks, number_blocks, simplify, successors_of
 from qwengpu.lower.regalloc import (
@@ -127,7 +127,7 @@ def lower_kernel(
         block.instrs = [i for i in rewritten if not (is_move(i) and i.rd == i.a)]
         term = block.term
         assert term is not None
-        if term.kind.value == "branch":
+        if term.kind is TermKind.BRANCH:
             term.pred = preds.colour[term.pred]
     ordered = number_blocks(blocks)
     machine_blocks: list[Block] = cut_blocks(ordered, spec)

@@ -9,10 +9,9 @@ search that, at a branch, walks loop exits first, then reverses the post-order.
 from __future__ import annotations
 
 from qwengpu.errors import PtxError
-from qwengpu.isa.instr import STORE_OPS, Block, Instr, Op, Terminator
-from qwengpu.isa.instr import TermKind as MTermKind
+from qwengpu.isa.instr import STORE_OPS, Block, Instr, Op, Terminator, TermKind
 from qwengpu.isa.spec import MachineSpec
-from qwengpu.lower.translate import TermKind, VBlock, VTerm
+from qwengpu.lower.translate import VBlock, VTerm
 
 ENTRY = ".entry"
 
@@ -210,7 +209,7 @@ def cut_blocks(blocks: list[VBlock], spec: MachineSpec) -> list[Block]:
         assert term is not None
         for i, chunk in enumerate(chunks):
             if i < len(chunks) - 1:
-                mterm = Terminator(MTermKind.JUMP, target=len(out) + 1, src_line=term.line)
+                mterm = Terminator(TermKind.JUMP, target=len(out) + 1, src_line=term.line)
             else:
                 mterm = _machine_term(term, first_number)
             out.append(Block(tuple(chunk), mterm))
@@ -231,13 +230,13 @@ def _fits(chunk: list[Instr], instr: Instr, spec: MachineSpec) -> bool:
 
 def _machine_term(term: VTerm, numbers: dict[str, int]) -> Terminator:
     if term.kind is TermKind.EXIT:
-        return Terminator(MTermKind.EXIT, src_line=term.line)
+        return Terminator(TermKind.EXIT, src_line=term.line)
     if term.kind is TermKind.JUMP:
-        return Terminator(MTermKind.JUMP, target=numbers[term.target], src_line=term.line)
+        return Terminator(TermKind.JUMP, target=numbers[term.target], src_line=term.line)
     if term.kind is TermKind.BARRIER:
-        return Terminator(MTermKind.BARRIER, target=numbers[term.target], src_line=term.line)
+        return Terminator(TermKind.BARRIER, target=numbers[term.target], src_line=term.line)
     return Terminator(
-        MTermKind.BRANCH,
+        TermKind.BRANCH,
         target=numbers[term.target],
         other=numbers[term.other],
         pred=term.pred,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from qwengpu.errors import ResourceError
-from qwengpu.isa.instr import STORE_OPS, Instr, Op
-from qwengpu.lower.translate import TermKind, VBlock
+from qwengpu.isa.instr import STORE_OPS, Instr, Op, TermKind
+from qwengpu.lower.translate import VBlock
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ Value representation: every PTX register becomes one 32-bit machine register.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass, field, replace
 
 from qwengpu.cuda import ptx_ir as ir
 from qwengpu.errors import PtxError
@@ -30,6 +29,7 @@ from qwengpu.isa.instr import (
     ShflMode,
     Special,
     StoreWidth,
+    TermKind,
     VoteMode,
 )
 from qwengpu.isa.spec import WORD_BITS, WORD_BYTES, WORD_MASK
@@ -91,14 +91,6 @@ CACHE_MODIFIERS = frozenset(
 SPACES = frozenset({"global", "shared", "param", "const", "local", "generic"})
 
 
-class Width(Enum):
-    PRED = 1
-    B8 = 8
-    B16 = 16
-    B32 = 32
-    B64 = 64
-
-
 @dataclass(frozen=True)
 class Ty:
     """A PTX scalar type: width and signedness."""
@@ -115,13 +107,6 @@ class Ty:
         if kind not in "usbf" or not digits.isdigit():
             return None
         return cls(int(digits), kind == "s", kind == "f")
-
-
-class TermKind(Enum):
-    JUMP = "jump"
-    BRANCH = "branch"
-    EXIT = "exit"
-    BARRIER = "barrier"
 
 
 @dataclass
@@ -1070,18 +1055,8 @@ class Translator:
             raise self.error("indirect branches are not supported")
         if instr.guard is None:
             self.finish(VTerm(TermKind.JUMP, target=target.name))
-            return
-        fallthrough = self.fresh_label()
-        self.finish(
-            VTerm(
-                TermKind.BRANCH,
-                target=target.name,
-                other=fallthrough,
-                pred=self.pred(instr.guard.pred),
-                neg=instr.guard.negated,
-            ),
-            fallthrough,
-        )
+        else:
+            self.branch_on_guard(instr.guard, target.name)
 
     def op_ret(self, instr: ir.Instruction) -> None:
         if self.kernel.is_entry is False:
@@ -1091,14 +1066,18 @@ class Translator:
             return
         if self.exit_label is None:
             self.exit_label = self.fresh_label()
+        self.branch_on_guard(instr.guard, self.exit_label)
+
+    def branch_on_guard(self, guard: ir.Guard, target: str) -> None:
+        """End the block: lanes where the guard holds go to `target`, the rest fall through."""
         fallthrough = self.fresh_label()
         self.finish(
             VTerm(
                 TermKind.BRANCH,
-                target=self.exit_label,
+                target=target,
                 other=fallthrough,
-                pred=self.pred(instr.guard.pred),
-                neg=instr.guard.negated,
+                pred=self.pred(guard.pred),
+                neg=guard.negated,
             ),
             fallthrough,
         )
@@ -1134,8 +1113,6 @@ GUARD_AWARE = frozenset({"bra", "ret", "exit"})
 
 
 def _with_guard(instr: Instr, guard: dict[str, object]) -> Instr:
-    from dataclasses import replace
-
     if instr.guard is not None:
         raise PtxError("nested predication", instr.src_line)
     return replace(instr, **guard)  # type: ignore[arg-type]
