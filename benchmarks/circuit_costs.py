@@ -2,8 +2,8 @@
 
 For each primitive, a circuit with just that op (4 lanes of 32-bit words where it applies)
 is scheduled and emitted, and the table reports: layers used, DeltaNet value heads,
-MLP neurons (the op's own; and the emitted total including the clearing of dead inputs and
-the bias unit), the largest per-layer share of the MLP width, and the residual dims
+MLP neurons (the op's own, including a read's cleaning units; and the emitted total,
+which adds the clearing of dead inputs and the shared bias unit), the largest per-layer share of the MLP width, and the residual dims
 live at the busiest point (inputs, outputs and scratch). "layers (all linear)" is the
 depth without the base's every-4th-layer full attention (which cannot hold memories).
 
@@ -68,9 +68,11 @@ PRIMITIVES: dict[str, Callable[[Circuit], list]] = {
     "threshold (8 bits)": lambda c: _threshold(c),
     "equal (4x32)": lambda c: [c.equal(*words(c))],
     "equal const (4x32)": lambda c: [c.equal_const(words(c, 1)[0], 0xDEADBEEF)],
-    "lookup 16 x 32-bit": lambda c: [c.lookup(c.input("i", Bits(4)),
-                                              [(k * 0x9E3779B9) & 0xFFFFFFFF for k in range(16)],
-                                              Bits(32))],
+    "lookup 16 x 32-bit": lambda c: [
+        c.lookup(
+            c.input("i", Bits(4)), [(k * 0x9E3779B9) & 0xFFFFFFFF for k in range(16)], Bits(32)
+        )
+    ],
     "decoder 5 -> 32": lambda c: [c.decoder(c.input("x", Bits(5)))],
     "mux (4x32)": lambda c: [c.mux(c.input("s", Bit()), *words(c))],
     "select 1-of-4 (4x32)": lambda c: [c.select(c.input("s", OneHot(4)), words(c, 4))],
@@ -115,6 +117,7 @@ def measure(name: str, build: Callable[[Circuit], list], geometry_name: str) -> 
     used = s.layers_used
     heads = sum(len(slot.value_heads) for p in s.layers for slot in p.slots)
     own = sum(op.neuron_count for op in c.ops if hasattr(op, "neuron_count"))
+    own += sum(len(slot.clean_neurons) for p in s.layers for slot in p.slots)
     emitted = sum(layer.neurons for layer in compiled.layers)
     widest = max((layer.neurons for layer in compiled.layers), default=0)
     return {
@@ -138,8 +141,10 @@ def main() -> None:
     g = GEOMETRIES[args.geometry]
     rows = [measure(name, build, args.geometry) for name, build in PRIMITIVES.items()]
     cols = list(rows[0])
-    print(f"# circuit primitive costs at {g.name}: hidden {g.hidden}, MLP {g.intermediate}, "
-          f"{g.linear_value_heads} value heads per linear layer\n")
+    print(
+        f"# circuit primitive costs at {g.name}: hidden {g.hidden}, MLP {g.intermediate}, "
+        f"{g.linear_value_heads} value heads per linear layer\n"
+    )
     if args.markdown:
         print("| " + " | ".join(cols) + " |")
         print("|" + "|".join(" --- " for _ in cols) + "|")

@@ -11,8 +11,8 @@ import numpy as np
 from qwengpu.circuit.emit import EmittedLayer, emit_layers
 from qwengpu.circuit.geometry import Geometry
 from qwengpu.circuit.ir import Circuit, Field
-from qwengpu.circuit.numerics import ANCHOR_VALUE, VALUE_ONE
 from qwengpu.circuit.mute import MuteReport, mute_layers
+from qwengpu.circuit.numerics import ANCHOR_VALUE, VALUE_ONE
 from qwengpu.circuit.schedule import Schedule, schedule
 from qwengpu.errors import CircuitError
 
@@ -59,8 +59,9 @@ class CompiledCircuit:
         return modules
 
     # -- circuit tokens ------------------------------------------------------------------------
-    def embed(self, values: Mapping[str | Field, Any], shape: tuple[int, ...] | None = None
-              ) -> np.ndarray:
+    def embed(
+        self, values: Mapping[str | Field, Any], shape: tuple[int, ...] | None = None
+    ) -> np.ndarray:
         """Residual vectors of circuit tokens: anchors plus the given input fields' values.
 
         values: field (or name) -> integer array of shape [...] for a one-lane field or
@@ -70,7 +71,9 @@ class CompiledCircuit:
         inputs = {f.name: f for f in self.circuit.inputs}
         for name in items:
             if name not in inputs:
-                raise CircuitError(f"embed: {name!r} is not an input field of {self.circuit.name!r}")
+                raise CircuitError(
+                    f"embed: {name!r} is not an input field of {self.circuit.name!r}"
+                )
         if shape is None:
             if not items:
                 raise CircuitError("embed: give values or a shape")
@@ -106,8 +109,9 @@ class CompiledCircuit:
                 if slot.memory is mem:
                     state = np.asarray(recurrent_states[plan.index], dtype=np.float64)
                     cols = [state[:, vh, : mem.rows, col] for vh, col in slot.channel_map()]
-                    values = np.stack(cols, axis=-1) if cols else np.zeros((state.shape[0],
-                                                                            mem.rows, 0))
+                    values = (
+                        np.stack(cols, axis=-1) if cols else np.zeros((state.shape[0], mem.rows, 0))
+                    )
                     return (values > VALUE_ONE / 2).astype(np.int64)
         raise CircuitError(f"memory {memory!r} has no copy (never written?)")
 
@@ -131,8 +135,10 @@ class CompiledCircuit:
                 raise CircuitError(f"residual check: output {f.name!r} is not clean")
         stray = r[..., expect_zero]
         if np.any(stray != 0):
-            raise CircuitError(f"residual check: {int((stray != 0).sum())} nonzero values "
-                               f"outside the outputs (max |v| {np.abs(stray).max():.3g})")
+            raise CircuitError(
+                f"residual check: {int((stray != 0).sum())} nonzero values "
+                f"outside the outputs (max |v| {np.abs(stray).max():.3g})"
+            )
 
     def report(self) -> str:
         text = self.schedule.report()
@@ -162,4 +168,3 @@ def compile_circuit(
     if embedding is not None:
         report = mute_layers(layers, sched, embedding, mute_rows, mute_direction)
     return CompiledCircuit(circuit, sched, layers, report)
-

@@ -17,12 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Union
 
 from qwengpu.circuit.numerics import BF16_EXACT_INT, FP32_EXACT_INT
 from qwengpu.errors import CircuitError
 
-Number = Union[int, Fraction]
+Number = int | Fraction
 
 
 @dataclass(frozen=True, order=True)
@@ -114,7 +113,7 @@ class Lin:
         return " + ".join(parts)
 
 
-LinLike = Union[Lin, Sig, int, Fraction]
+LinLike = Lin | Sig | int | Fraction
 ONE = Lin(const=1)
 
 

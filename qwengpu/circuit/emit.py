@@ -110,8 +110,7 @@ def _mlp_params(plan: LayerPlan, rows: _Rows, intermediate: int) -> tuple[dict, 
         rows.add(up[j], n.up)
         for d, coef in outs.items():
             down[d, j] = float(coef / LOGIC_GAIN)
-    params = {"mlp.gate_proj.weight": gate, "mlp.up_proj.weight": up,
-              "mlp.down_proj.weight": down}
+    params = {"mlp.gate_proj.weight": gate, "mlp.up_proj.weight": up, "mlp.down_proj.weight": down}
     return params, np.arange(len(merged)), len(merged)
 
 
@@ -212,7 +211,9 @@ def emit_layers(schedule: Schedule) -> list[EmittedLayer]:
         for name, value in params.items():
             bad = [v for v in np.unique(value) if not is_bf16_exact(float(v))]
             if bad:
-                raise CircuitError(f"layer {plan.index} {name}: weights {bad[:3]} are not "
-                                   "exactly representable in bfloat16")
+                raise CircuitError(
+                    f"layer {plan.index} {name}: weights {bad[:3]} are not "
+                    "exactly representable in bfloat16"
+                )
         layers.append(EmittedLayer(plan.index, plan.kind, params, gate_rows, count))
     return layers

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from qwengpu.circuit import craft
 from qwengpu.circuit.craft import Lin, Neuron, Sig

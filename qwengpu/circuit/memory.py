@@ -93,8 +93,10 @@ def landing_band(data_channels_per_head: int) -> tuple[Fraction, Fraction]:
     lo = Fraction(min(values)).limit_denominator(1 << 20) * (1 - READ_ROUNDING_SLACK)
     hi = Fraction(max(values)).limit_denominator(1 << 20) * (1 + READ_ROUNDING_SLACK)
     if lo < READ_BAND_MIN:
-        raise CircuitError(f"read landing band [{float(lo):.3f}, {float(hi):.3f}] dips below "
-                           f"{float(READ_BAND_MIN):.3f}: the cleaning threshold has no margin")
+        raise CircuitError(
+            f"read landing band [{float(lo):.3f}, {float(hi):.3f}] dips below "
+            f"{float(READ_BAND_MIN):.3f}: the cleaning threshold has no margin"
+        )
     return lo, hi
 
 

@@ -138,8 +138,11 @@ def _partial_products(
                 if m >= width:
                     continue
                 coef = -1 if negative(i, j) else 1
-                neurons.append(craft.neuron(_ch(a, i, lane), {field.sig(index[m], lane): coef},
-                                            up=_ch(b, j, lane)))
+                neurons.append(
+                    craft.neuron(
+                        _ch(a, i, lane), {field.sig(index[m], lane): coef}, up=_ch(b, j, lane)
+                    )
+                )
         biases = {field.sig(index[m], lane): v for m, v in const.items() if v}
         if biases:
             neurons.append(craft.constant(biases))
@@ -190,9 +193,7 @@ def mul_lo(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
     return total
 
 
-def mul_hi(
-    c: Circuit, a: Field, b: Field, signed: bool = False, name: str | None = None
-) -> Field:
+def mul_hi(c: Circuit, a: Field, b: Field, signed: bool = False, name: str | None = None) -> Field:
     """The high w bits of the 2w-bit product per lane (MULHU, or MULHS when `signed`).
     Six sublayers: M1-M3, then a 2w-bit adder whose carry into the high half takes one
     extra sublayer."""
@@ -203,8 +204,9 @@ def mul_hi(
     terms = _partial_products(c, a, b, 2 * w, signed, label)
     terms = _reduce(c, terms, 2 * w, label)
     sums = _operands_to_nibbles(terms, 2 * w // NIBBLE, label)
-    inputs = [c.fields[f] for f in sorted({f for lane in terms for t in lane
-                                            for f in t.form.fields()})]
+    inputs = [
+        c.fields[f] for f in sorted({f for lane in terms for t in lane for f in t.form.fields()})
+    ]
     return _high_half_add(c, sums, inputs, w, f"{label}.sum")
 
 
@@ -263,6 +265,12 @@ def _high_half_add(
                 delta = s1.ch(bit, lane) - s0.ch(bit, lane)
                 neurons.append(craft.neuron(t, {total.sig(bit, lane): 1}, up=delta))
                 neurons.append(craft.neuron(t - 1, {total.sig(bit, lane): -1}, up=delta))
-    c.mlp("add.select", [s0, s1, sigma, carry], [total], neurons, name=f"{name}.3",
-          inplace={total: s0})
+    c.mlp(
+        "add.select",
+        [s0, s1, sigma, carry],
+        [total],
+        neurons,
+        name=f"{name}.3",
+        inplace={total: s0},
+    )
     return total

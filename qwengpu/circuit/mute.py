@@ -77,9 +77,12 @@ class MuteReport:
         )
 
 
-def normalised_rows(embedding, eps: float, chunk: int = 8192) -> np.ndarray:
+ROW_CHUNK = 16384
+
+
+def normalised_rows(embedding, eps: float, chunk: int = ROW_CHUNK) -> np.ndarray:
     """x_hat of every row exactly as Qwen3.5's RMSNorm (weight 0) computes it, in the
-    embedding's dtype, returned as float64."""
+    embedding's dtype, returned as float32 (which holds bf16 and fp32 values exactly)."""
     import torch
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5RMSNorm
 
@@ -88,8 +91,17 @@ def normalised_rows(embedding, eps: float, chunk: int = 8192) -> np.ndarray:
     out = []
     with torch.no_grad():
         for start in range(0, emb.shape[0], chunk):
-            out.append(norm(emb[start:start + chunk]).double().numpy())
+            out.append(norm(emb[start : start + chunk]).float().numpy())
     return np.concatenate(out)
+
+
+def _row_map(x_hat: np.ndarray, rows: np.ndarray, dims: np.ndarray, fn) -> np.ndarray:
+    """fn(block) over float64 blocks x_hat[rows][:, dims], chunk by chunk, concatenated."""
+    parts = [
+        fn(x_hat[np.ix_(rows[k : k + ROW_CHUNK], dims)].astype(np.float64))
+        for k in range(0, len(rows), ROW_CHUNK)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def find_mute_direction(
@@ -102,23 +114,23 @@ def find_mute_direction(
     if len(dims) == 0:
         raise MuteError("no mute dims: the circuit uses every residual dim")
     xm = x_hat[np.ix_(rows, dims)]
-    w = -xm.mean(axis=0)
+    w = -xm.mean(axis=0, dtype=np.float64)
     if not np.any(w):
         raise MuteError("the embedding rows have zero mean on the mute dims")
     w /= np.linalg.norm(w)
-    best_w, best = w, (-(xm @ w)).min()
+    best_w, best = w, (-(xm @ w.astype(np.float32))).min()
     k = max(1, int(len(rows) * REFINE_WORST_FRACTION))
     step = 0.5
     for it in range(REFINE_STEPS):
-        margins = -(xm @ w)
+        margins = -(xm @ w.astype(np.float32))
         worst = np.argpartition(margins, k - 1)[:k]
-        grad = -xm[worst].mean(axis=0)
+        grad = -xm[worst].mean(axis=0, dtype=np.float64)
         w = w + step / (1 + it / 20) * grad / max(np.linalg.norm(grad), 1e-30)
         w /= np.linalg.norm(w)
-        m = (-(xm @ w)).min()
+        m = (-(xm @ w.astype(np.float32))).min()
         if m > best:
             best_w, best = w.copy(), m
-    margins = -(xm @ best_w)
+    margins = -_row_map(x_hat, rows, dims, lambda b: b @ best_w)
     if margins.min() <= 0:
         worst = int(rows[int(np.argmin(margins))])
         raise MuteError(
@@ -148,10 +160,12 @@ def given_direction(
         raise MuteError("the given mute direction is nonzero on dims the circuit uses")
     w = vector[dims] / np.linalg.norm(vector[dims])
     rows = np.arange(x_hat.shape[0]) if rows is None else np.asarray(rows)
-    margins = -(x_hat[np.ix_(rows, dims)] @ w)
+    margins = -_row_map(x_hat, rows, dims, lambda b: b @ w)
     if margins.min() <= 0:
-        raise MuteError(f"the given mute direction leaves embedding row "
-                        f"{int(rows[int(np.argmin(margins))])} at margin {margins.min():.4f}")
+        raise MuteError(
+            f"the given mute direction leaves embedding row "
+            f"{int(rows[int(np.argmin(margins))])} at margin {margins.min():.4f}"
+        )
     return MuteDirection(dims, w, margins, rows)
 
 
@@ -182,13 +196,13 @@ def mute_layers(
                 block = layer.params[name][np.ix_(idx, used)]
                 gate_bound = max(gate_bound, float(np.linalg.norm(block, axis=1).max()))
     sel = direction.rows
-    circuit_norm = np.linalg.norm(x_hat[np.ix_(sel, used)], axis=1)
+    circuit_norm = _row_map(x_hat, sel, used, lambda b: np.linalg.norm(b, axis=1))
     needed = gate_bound * circuit_norm * (1 + ROUNDING_SLACK) + 2 * abs(MUTE_GATE_MAX)
     scale = float(2.0 ** np.ceil(np.log2((needed / direction.margins).max())))
     mute_row = _bf16(scale * direction.weights)
-    xm = x_hat[np.ix_(sel, direction.dims)]
-    mute_part = -(xm @ mute_row)
-    rounding = ROUNDING_SLACK * (np.abs(xm) @ np.abs(mute_row))
+    dims = direction.dims
+    mute_part = -_row_map(x_hat, sel, dims, lambda b: b @ mute_row)
+    rounding = ROUNDING_SLACK * _row_map(x_hat, sel, dims, lambda b: np.abs(b) @ np.abs(mute_row))
     ratio = (mute_part - rounding) / needed
     worst = int(np.argmin(ratio))
     if ratio[worst] <= 1:
@@ -200,8 +214,7 @@ def mute_layers(
         for name, idx in layer.gate_rows.items():
             if len(idx):
                 layer.params[name][np.ix_(idx, direction.dims)] += mute_row
-    return MuteReport(scale, direction, mute_row, gate_bound, int(sel[worst]),
-                      float(ratio[worst]))
+    return MuteReport(scale, direction, mute_row, gate_bound, int(sel[worst]), float(ratio[worst]))
 
 
 def synthetic_embedding(

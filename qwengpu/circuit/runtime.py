@@ -38,8 +38,9 @@ class CircuitModel:
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
         if dtype is torch.float16:
-            raise CircuitError("float16 is not supported: the anchors (2^23) overflow it; use "
-                               "bfloat16 or float32")
+            raise CircuitError(
+                "float16 is not supported: the anchors (2^23) overflow it; use bfloat16 or float32"
+            )
         self.compiled = compiled
         self.dtype = dtype or torch.float32
         g = compiled.geometry
@@ -58,7 +59,7 @@ class CircuitModel:
         with torch.no_grad():
             for i, sd in enumerate(compiled.state_dicts(self.dtype)):
                 model.model.layers[i].load_state_dict(sd, strict=True)
-            for layer in model.model.layers[len(compiled.layers):]:
+            for layer in model.model.layers[len(compiled.layers) :]:
                 for p in layer.parameters():
                     p.zero_()
             emb = torch.zeros(vocab, g.hidden, dtype=self.dtype)
@@ -71,8 +72,9 @@ class CircuitModel:
         self.model = model
         self._captured: list = []
         last = model.model.layers[len(compiled.layers) - 1]
-        last.register_forward_hook(lambda _m, _i, out: self._captured.append(
-            out[0] if isinstance(out, tuple) else out))
+        last.register_forward_hook(
+            lambda _m, _i, out: self._captured.append(out[0] if isinstance(out, tuple) else out)
+        )
 
     @property
     def circuit_token_base(self) -> int:

@@ -29,7 +29,7 @@ from fractions import Fraction
 
 from qwengpu.circuit import craft
 from qwengpu.circuit.craft import Neuron, Sig
-from qwengpu.circuit.geometry import FULL, LINEAR, AnchorScheme, Geometry
+from qwengpu.circuit.geometry import LINEAR, AnchorScheme, Geometry
 from qwengpu.circuit.ir import Circuit, Field, MemoryRead, MemoryWrite, MlpOp, channel_range
 from qwengpu.circuit.memory import (
     HEAD_DATA_CHANNELS,
@@ -98,6 +98,8 @@ class Schedule:
     op_layer: dict[str, int]
     live_dims: list[int]  # residual dims in use, per sublayer point (2 per layer)
     norm_peak: int
+    defined_at: dict[str, int] = field(default_factory=dict)  # sublayer point (-1: embedding)
+    cleared_at: dict[str, int] = field(default_factory=dict)  # MLP point of the clear
 
     @property
     def num_layers(self) -> int:
@@ -131,19 +133,62 @@ class Schedule:
         rows = []
         for layer in self.layers:
             heads = sum(len(s.value_heads) for s in layer.slots)
-            rows.append({
-                "layer": layer.index,
-                "type": layer.kind,
-                "value_heads": heads,
-                "value_heads_total": g.linear_value_heads if layer.kind == LINEAR else 0,
-                "neurons": layer.neuron_count,
-                "neurons_total": g.intermediate,
-                "residual_dims": max(self.live_dims[2 * layer.index: 2 * layer.index + 2]),
-                "residual_total": g.hidden,
-                "ops": [op.name for op in layer.mlp_ops]
-                + [f"{s.memory.name}{'<-' + s.read.name if s.read else ''}" for s in layer.slots],
-            })
+            rows.append(
+                {
+                    "layer": layer.index,
+                    "type": layer.kind,
+                    "value_heads": heads,
+                    "value_heads_total": g.linear_value_heads if layer.kind == LINEAR else 0,
+                    "neurons": layer.neuron_count,
+                    "neurons_total": g.intermediate,
+                    "residual_dims": max(self.live_dims[2 * layer.index : 2 * layer.index + 2]),
+                    "residual_total": g.hidden,
+                    "ops": [op.name for op in layer.mlp_ops]
+                    + [
+                        f"{s.memory.name}{'<-' + s.read.name if s.read else ''}"
+                        for s in layer.slots
+                    ],
+                }
+            )
         return rows
+
+    def field_map(self) -> str:
+        """Which residual dims each field holds and in which layers it is live."""
+
+        def where(point: int) -> str:
+            if point < 0:
+                return "embedding"
+            return f"L{point // 2}.{'mlp' if point % 2 else 'attn'}"
+
+        def spans(dims: list[int]) -> str:
+            out, start = [], None
+            for k, d in enumerate(dims):
+                if start is None:
+                    start = d
+                if k + 1 == len(dims) or dims[k + 1] != d + 1:
+                    out.append(f"{start}" if start == d else f"{start}-{d}")
+                    start = None
+            return ",".join(out)
+
+        outputs = {f.name for f in self.circuit.outputs}
+        taken = {
+            i: o for op in self.circuit.ops if isinstance(op, MlpOp) for o, i in op.inplace.items()
+        }
+        lines = []
+        for name, dims in self.dims.items():
+            if name not in self.circuit.fields:
+                continue
+            f = self.circuit.fields[name]
+            end = "output" if name in outputs else where(self.cleared_at.get(name, -2))
+            if name in taken:
+                end = f"updated in place into {taken[name]}"
+            elif name not in outputs and name not in self.cleared_at:
+                end = "never cleared"
+            lines.append(
+                f"{name:<32} {str(f.encoding):<14} x{f.lanes:<2} dims {spans(dims):<18} "
+                f"{where(self.defined_at.get(name, -1))} -> {end}"
+            )
+        return "\n".join(lines)
 
     def report(self) -> str:
         """A table of layers: type, heads, neurons, residual dims, ops."""
@@ -156,7 +201,9 @@ class Schedule:
             f"{'layer':>5} {'type':<6} {'heads':>7} {'neurons':>13} {'resid':>11}  ops",
         ]
         for row in self.utilisation():
-            heads = f"{row['value_heads']}/{row['value_heads_total']}" if row["type"] == LINEAR else "-"
+            heads = (
+                f"{row['value_heads']}/{row['value_heads_total']}" if row["type"] == LINEAR else "-"
+            )
             pct = 100 * row["neurons"] / row["neurons_total"]
             lines.append(
                 f"{row['layer']:>5} {row['type'][:6]:<6} {heads:>7} "
@@ -168,8 +215,9 @@ class Schedule:
 
 
 class _Placer:
-    def __init__(self, circuit: Circuit, geometry: Geometry, keep_base_pattern: bool,
-                 max_layers: int | None) -> None:
+    def __init__(
+        self, circuit: Circuit, geometry: Geometry, keep_base_pattern: bool, max_layers: int | None
+    ) -> None:
         self.c = circuit
         self.g = geometry
         self.keep = keep_base_pattern
@@ -241,14 +289,21 @@ class _Placer:
         landing = None
         clean: list[Neuron] = []
         if read is not None:
-            landing = Field(f"{read.name}.landing", LandingEncoding(mem.width +
-                                                                    (1 if read.valid else 0)))
+            landing = Field(
+                f"{read.name}.landing", LandingEncoding(mem.width + (1 if read.valid else 0))
+            )
             self.fields[landing.name] = landing
             targets = [s for f in read.all_outputs for s in f.sigs()]
             for i, target in enumerate(targets):
                 clean += cleaning_neurons(Sig(landing.name, i), target)
             per_head = min(HEAD_DATA_CHANNELS, mem.width)
             landing_band(per_head)  # validates the cleaning margin
+            if len(clean) > self.g.intermediate:
+                raise CircuitError(
+                    f"read {read.name!r} needs {len(clean)} MLP neurons to clean its "
+                    f"{len(targets)} channels; a layer of {self.g.name} has "
+                    f"{self.g.intermediate} (resource: MLP width)"
+                )
         i = lb
         while True:
             plan = self.layer(i, name, f"{n_value} value heads")
@@ -349,10 +404,18 @@ def _dependency_order(c: Circuit) -> list:
     if len(order) != len(c.ops):
         stuck = [by_id[k] for k, n in pending.items() if n > 0]
         mems = sorted({op.memory.name for op in stuck if isinstance(op, MemoryRead)})
-        hint = (f"; memory {', '.join(mems)}: its write depends on its own read on the same "
-                "token (write it back on a later token)") if mems else ""
-        raise CircuitError(f"circuit {c.name!r} has a dependency cycle through "
-                           f"{', '.join(op.name for op in stuck[:6])}{hint}")
+        hint = (
+            (
+                f"; memory {', '.join(mems)}: its write depends on its own read on the same "
+                "token (write it back on a later token)"
+            )
+            if mems
+            else ""
+        )
+        raise CircuitError(
+            f"circuit {c.name!r} has a dependency cycle through "
+            f"{', '.join(op.name for op in stuck[:6])}{hint}"
+        )
     return order
 
 
@@ -422,6 +485,8 @@ def schedule(
         op_layer=placer.op_layer,
         live_dims=live,
         norm_peak=peak,
+        defined_at=_definition_points(c, placer),
+        cleared_at=dict(placer.clear_point),
     )
 
 
@@ -433,8 +498,10 @@ def _check_inplace(c: Circuit, placer: _Placer) -> None:
             for consumed in op.inplace.values():
                 for r in readers[consumed]:
                     if r is not op and placer.op_layer.get(r.name, -1) > here:
-                        raise CircuitError(f"op {op.name!r} updates {consumed!r} in place in "
-                                           f"layer {here}, but {r.name!r} reads it later")
+                        raise CircuitError(
+                            f"op {op.name!r} updates {consumed!r} in place in "
+                            f"layer {here}, but {r.name!r} reads it later"
+                        )
 
 
 def _place_clears(

@@ -146,8 +146,10 @@ def sub(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
     w = _word(a, "sub")
     lanes = _lanes(a, b)
     sums = [
-        [_nibble(a, k, lane) + _nibble(b, k, lane, invert=True) + (1 if k == 0 else 0)
-         for k in range(w // 4)]
+        [
+            _nibble(a, k, lane) + _nibble(b, k, lane, invert=True) + (1 if k == 0 else 0)
+            for k in range(w // 4)
+        ]
         for lane in range(lanes)
     ]
     total, _ = carry_select_add(
@@ -281,8 +283,13 @@ def _shift(c: Circuit, kind: str, x: Field, amount: Field, name: str | None) -> 
             # x_top * (1 - [ (w-1-i) - low - w*high >= 0 ]).
             top = _ch(x, w - 1, lane)
             lowbits = max(1, (w - 1).bit_length())
-            low_value = sum((_ch(amount, j, lane) * (1 << j)
-                             for j in range(min(lowbits, amount.encoding.width))), Lin())
+            low_value = sum(
+                (
+                    _ch(amount, j, lane) * (1 << j)
+                    for j in range(min(lowbits, amount.encoding.width))
+                ),
+                Lin(),
+            )
             fill_all = {out.sig(i, lane): 1 for i in range(w)}
             neurons.append(craft.neuron(top, fill_all, up=1))
             for i in range(w):
@@ -324,4 +331,3 @@ def bit_or(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
 def bit_xor(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
     """Bitwise XOR of two words (two neurons per bit)."""
     return xor(c, a, b, name=name)
-

@@ -4,7 +4,7 @@ token with a cache (recurrent kernel)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -52,7 +52,7 @@ def reference(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiled(kind: str, geometry_name: str):
     geometry = {"wide": WIDE, "wider": WIDER, "2b": QWEN35_2B}[geometry_name]
     c = Circuit(kind)
@@ -71,8 +71,10 @@ def compiled(kind: str, geometry_name: str):
 def check(kind: str, geometry_name: str, capsys, seed: int = 0, dtypes=DTYPES) -> None:
     cc, out = compiled(kind, geometry_name)
     with capsys.disabled():
-        print(f"\n{kind} (4 lanes, 32-bit) on {cc.geometry.name}: {cc.schedule.layers_used} "
-              f"layers\n{cc.report()}")
+        print(
+            f"\n{kind} (4 lanes, 32-bit) on {cc.geometry.name}: {cc.schedule.layers_used} "
+            f"layers\n{cc.report()}"
+        )
     a, b = pairs(seed)
     want = reference(kind, a, b)
     for dtype in dtypes:

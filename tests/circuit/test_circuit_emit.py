@@ -60,7 +60,9 @@ def test_layer_conventions():
         assert not p["post_attention_layernorm.weight"].any()
         if layer.kind == "linear_attention":
             assert (p["linear_attn.A_log"] == A_LOG_NO_DECAY).all()
-            assert not p["linear_attn.dt_bias"].any() and not p["linear_attn.in_proj_a.weight"].any()
+            assert (
+                not p["linear_attn.dt_bias"].any() and not p["linear_attn.in_proj_a.weight"].any()
+            )
             conv = p["linear_attn.conv1d.weight"]
             assert (conv[..., -1] == 1).all() and not conv[..., :-1].any()  # current token only
             assert (p["linear_attn.norm.weight"] == 1).all()
@@ -87,8 +89,9 @@ def test_real_2b_layers_run_exactly():
     rng = np.random.default_rng(0)
     a = rng.integers(0, 2**32, (2, 12))
     b = rng.integers(0, 2**32, (2, 12))
-    embeds = compiled.embed({"a": a, "b": b, "we": np.ones((2, 12), int),
-                             "addr": np.arange(24).reshape(2, 12) % 16})
+    embeds = compiled.embed(
+        {"a": a, "b": b, "we": np.ones((2, 12), int), "addr": np.arange(24).reshape(2, 12) % 16}
+    )
     out = compiled.circuit.outputs[0]
     for dtype in (torch.float32, torch.bfloat16):
         model = CircuitModel(compiled, dtype)

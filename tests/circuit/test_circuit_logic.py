@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -18,7 +18,9 @@ from qwengpu.circuit import Bit, Bits, Circuit, Int, OneHot, compile_circuit  # 
 
 # No shrinking: every example runs real models in two dtypes and two paths.
 SETTINGS = settings(
-    max_examples=3, deadline=None, derandomize=True,
+    max_examples=3,
+    deadline=None,
+    derandomize=True,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
 LANES = 2
@@ -38,7 +40,7 @@ def values(hi: int, n: int):
     return st.lists(st.integers(0, hi), min_size=n, max_size=n).map(np.array)
 
 
-@lru_cache(maxsize=None)
+@cache
 def gates():
     c = Circuit("gates")
     a = c.input("a", Bits(W), lanes=LANES)
@@ -73,15 +75,23 @@ def test_gates(data):
     a, b, d = (data.draw(tokens(W, n)) for _ in range(3))
     m = (1 << W) - 1
     want = {
-        "not": m - a, "and": a & b, "and3": a & b & d, "or": a | b, "or3": a | b | d,
-        "xor": a ^ b, "xor3": a ^ b ^ d, "all": (a == m).astype(int),
-        "any": (a != 0).astype(int), "popc": popcount(a), "copy": a,
+        "not": m - a,
+        "and": a & b,
+        "and3": a & b & d,
+        "or": a | b,
+        "or3": a | b | d,
+        "xor": a ^ b,
+        "xor3": a ^ b ^ d,
+        "all": (a == m).astype(int),
+        "any": (a != 0).astype(int),
+        "popc": popcount(a),
+        "copy": a,
     }
     embeds = compiled.embed({"a": a, "b": b, "d": d}).reshape(4, 6, -1)
     run_paths(compiled, embeds, {outs[k]: want[k] for k in outs})
 
 
-@lru_cache(maxsize=None)
+@cache
 def selection():
     c = Circuit("select")
     a = c.input("a", Bits(W), lanes=LANES)
@@ -137,7 +147,7 @@ def test_selection(data):
     run_paths(compiled, embeds, {outs[k]: want[k] for k in outs})
 
 
-@lru_cache(maxsize=None)
+@cache
 def arithmetic_logic():
     c = Circuit("thresholds")
     a = c.input("a", Bits(W))

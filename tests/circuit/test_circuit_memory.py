@@ -3,7 +3,7 @@ token-by-token decode and prefill-then-decode, final states, duplication, wide r
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ MODES = ("prefill", "decode", "split")
 ROWS = 16
 
 
-@lru_cache(maxsize=None)
+@cache
 def register_file(geometry=TINY2):
     """A 16-row memory of two 8-bit lanes; reads feed an adder (a later layer)."""
     c = Circuit("regfile")
@@ -98,8 +98,12 @@ def test_register_file_all_paths_and_states():
                 assert np.array_equal(value, last.get(r, np.zeros(2, dtype=np.int64)))
 
 
-@settings(max_examples=3, deadline=None, derandomize=True,
-          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(
+    max_examples=3,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 @given(st.integers(0, 2**32 - 1))
 def test_register_file_random_traffic(seed):
     compiled, read, _ = register_file()
@@ -114,7 +118,7 @@ def test_register_file_random_traffic(seed):
             assert np.array_equal(compiled.decode(residual, read.valid)[..., 0], want_valid)
 
 
-@lru_cache(maxsize=None)
+@cache
 def pointer_chase():
     """Two reads of one memory at different depths: the second address is the first
     read's value, so the scheduler makes a second copy in a later layer. The memory is

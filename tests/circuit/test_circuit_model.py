@@ -41,8 +41,11 @@ def test_whole_model_prefill_decode_and_generate():
     compiled = compile_circuit(c, TINY2, embedding=embedding)
     rng = np.random.default_rng(4)
     n = 20  # every decode step runs every layer: keep the sequence short on CPU
-    values = {"slot": rng.integers(0, 8, n), "x": rng.integers(0, 256, n),
-              "store": rng.integers(0, 2, n)}
+    values = {
+        "slot": rng.integers(0, 8, n),
+        "x": rng.integers(0, 256, n),
+        "store": rng.integers(0, 2, n),
+    }
     rows = compiled.embed(values)
     ids = VOCAB_TEXT + np.arange(n)
     seq = np.empty(2 * n, dtype=np.int64)
@@ -61,26 +64,31 @@ def test_whole_model_prefill_decode_and_generate():
         input_ids = torch.tensor(seq)[None]
         captured = []
         hook = model.model.layers[compiled.num_layers - 1].register_forward_hook(
-            lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
+            lambda _m, _i, out, sink=captured: sink.append(
+                out[0] if isinstance(out, tuple) else out
+            )
+        )
         with torch.no_grad():
             # one prefill with a cache
             out = model(input_ids=input_ids, use_cache=True)
             prefill = captured[-1].double().numpy()[0]
-            state_prefill = {i: out.cache.layers[i].recurrent_states[0].clone()
-                             for i, t in enumerate(compiled.layer_types) if t != "full_attention"}
+            state_prefill = {
+                i: out.cache.layers[i].recurrent_states[0].clone()
+                for i, t in enumerate(compiled.layer_types)
+                if t != "full_attention"
+            }
             # token by token with a cache
             cache = DynamicCache(config=model.config)
             steps = []
             for t in range(input_ids.shape[1]):
-                out = model(input_ids=input_ids[:, t:t + 1], cache=cache, use_cache=True)
+                out = model(input_ids=input_ids[:, t : t + 1], cache=cache, use_cache=True)
                 cache = out.cache
                 steps.append(captured[-1].double().numpy()[0, 0])
             decode = np.stack(steps)
         hook.remove()
         for residual in (prefill, decode):
             assert np.array_equal(compiled.decode(residual[0::2], total)[:, 0], want)
-            assert np.array_equal(residual[1::2],
-                                  embedding.to(dtype).double().numpy()[seq[1::2]])
+            assert np.array_equal(residual[1::2], embedding.to(dtype).double().numpy()[seq[1::2]])
         for i, state in state_prefill.items():
             assert torch.equal(state, cache.layers[i].recurrent_states[0]), (dtype, i)
         # generate() runs on the merged stack (lm_head is zero: it picks token 0)

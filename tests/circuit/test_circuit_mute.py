@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -41,15 +41,17 @@ def build() -> tuple[Circuit, object, object]:
     return c, r, s
 
 
-@lru_cache(maxsize=None)
+@cache
 def muted():
     c, r, s = build()
     embedding = synthetic_embedding(VOCAB, TINY2.hidden, seed=11)
     compiled = compile_circuit(c, TINY2, embedding=embedding)
     rng = np.random.default_rng(5)
     values = {
-        "wa": rng.integers(0, 8, N_CIRCUIT), "d": rng.integers(0, 256, N_CIRCUIT),
-        "we": rng.integers(0, 2, N_CIRCUIT), "ra": rng.integers(0, 8, N_CIRCUIT),
+        "wa": rng.integers(0, 8, N_CIRCUIT),
+        "d": rng.integers(0, 256, N_CIRCUIT),
+        "we": rng.integers(0, 2, N_CIRCUIT),
+        "ra": rng.integers(0, 8, N_CIRCUIT),
     }
     circuit_rows = compiled.embed(values)
     return compiled, embedding, circuit_rows, values, r, s
@@ -74,8 +76,11 @@ def test_text_tokens_bit_identical_and_state_untouched(dtype):
     expected = embedding.to(dtype).double().numpy()[text]
     for mode in ("prefill", "decode"):
         residual, cache = model.run(ids=text, mode=mode, return_cache=True)
-        as_bits = torch.tensor(residual).to(dtype).view(torch.int16 if dtype is torch.bfloat16
-                                                        else torch.int32)
+        as_bits = (
+            torch.tensor(residual)
+            .to(dtype)
+            .view(torch.int16 if dtype is torch.bfloat16 else torch.int32)
+        )
         want_bits = torch.tensor(expected).to(dtype).view(as_bits.dtype)
         assert torch.equal(as_bits, want_bits), f"text residual changed ({dtype}, {mode})"
         for state in model.recurrent_states(cache).values():
@@ -92,11 +97,13 @@ def test_text_tokens_bit_identical_and_state_untouched(dtype):
     for mode in ("prefill", "decode"):
         residual, cache = model.run(ids=mixed, mode=mode, return_cache=True)
         text_pos = np.setdiff1d(np.arange(60), slots)
-        assert np.array_equal(residual[0, text_pos],
-                              embedding.to(dtype).double().numpy()[mixed[0, text_pos]])
+        assert np.array_equal(
+            residual[0, text_pos], embedding.to(dtype).double().numpy()[mixed[0, text_pos]]
+        )
         for f in (r.outputs[0], s):
-            assert np.array_equal(compiled.decode(residual[0, slots], f),
-                                  compiled.decode(ref_residual[0], f))
+            assert np.array_equal(
+                compiled.decode(residual[0, slots], f), compiled.decode(ref_residual[0], f)
+            )
         ref_states = model.recurrent_states(ref_cache)
         for layer, state in model.recurrent_states(cache).items():
             assert np.array_equal(state, ref_states[layer])

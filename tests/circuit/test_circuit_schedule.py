@@ -35,7 +35,13 @@ def test_dependencies_set_the_depth_and_the_base_pattern_is_kept():
     assert s.layers_used == 5
     assert s.num_layers == 8  # padded to the pattern
     assert s.layer_types == [LINEAR, LINEAR, LINEAR, FULL] * 2
-    assert [s.op_layer[op.name] for op in s.circuit.ops] == [0, 1, 2, 3, 4]  # MLP of a full layer used
+    assert [s.op_layer[op.name] for op in s.circuit.ops] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # MLP of a full layer used
     flat = schedule(chain(5), TINY, keep_base_pattern=False)
     assert flat.layer_types == [LINEAR] * 5
 
@@ -70,7 +76,9 @@ def test_mlp_width_error_names_op_and_resource():
     a = c.input("a", Bits(8))
     c.output(c.function(a.value(), lambda v: v % 7, Bits(3)))  # 255 knots shared by 3 bits
     tiny = TINY.with_layers(name="t", intermediate=100)
-    with pytest.raises(CircuitError, match=r"op 'function' \(function\) needs 255 MLP neurons.*MLP width"):
+    with pytest.raises(
+        CircuitError, match=r"op 'function' \(function\) needs 255 MLP neurons.*MLP width"
+    ):
         schedule(c, tiny)
 
 
@@ -91,7 +99,9 @@ def test_residual_error_names_op_and_resource():
     a = c.input("a", Bits(100))
     b = c.input("b", Bits(100))
     c.output(a, b, c.xor(a, b))  # a and b stay: no room for the result
-    with pytest.raises(CircuitError, match=r"op 'xor\(a,b\)' needs 100 residual dims.*residual width 256"):
+    with pytest.raises(
+        CircuitError, match=r"op 'xor\(a,b\)' needs 100 residual dims.*residual width 256"
+    ):
         schedule(c, TINY)
 
 
@@ -181,3 +191,14 @@ def test_cycle_error():
     c.write(mem, x, [c.not_(r.outputs[0])])
     with pytest.raises(CircuitError, match="dependency cycle"):
         schedule(c, TINY)
+
+
+def test_read_too_wide_to_clean_is_an_error():
+    c = Circuit("wide read")
+    a = c.input("a", Bits(4))
+    v = c.input("v", Bits(400))
+    mem = c.memory("m", 16, [Column("v", Bits(400))])
+    c.write(mem, a, [v])
+    c.output(c.read(mem, a).outputs[0])
+    with pytest.raises(CircuitError, match="needs 1200 MLP neurons to clean"):
+        schedule(c, TINY.with_layers(name="t", hidden=4096))

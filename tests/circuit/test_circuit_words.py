@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -19,7 +19,9 @@ from qwengpu.isa.instr import Cond  # noqa: E402
 
 # No shrinking: every example runs real models in two dtypes and two paths.
 SETTINGS = settings(
-    max_examples=3, deadline=None, derandomize=True,
+    max_examples=3,
+    deadline=None,
+    derandomize=True,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
 MASK = (1 << 32) - 1
@@ -39,14 +41,18 @@ def signed(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 1 << 31, x - (1 << 32), x)
 
 
-@lru_cache(maxsize=None)
+@cache
 def arith():
     c = Circuit("arith")
     a = c.input("a", Bits(32), lanes=LANES)
     b = c.input("b", Bits(32), lanes=LANES)
     cin = c.input("cin", Bit())
-    outs = {"add": c.add(a, b), "addc": c.add(a, b, carry_in=cin), "sub": c.sub(a, b),
-            "neg": c.neg(a)}
+    outs = {
+        "add": c.add(a, b),
+        "addc": c.add(a, b, carry_in=cin),
+        "sub": c.sub(a, b),
+        "neg": c.neg(a),
+    }
     c.output(*outs.values())
     return compile_circuit(c, WIDE, pad_to_pattern=False), outs
 
@@ -56,8 +62,12 @@ def arith():
 def test_add_sub(a, b, cin):
     compiled, outs = arith()
     cin = np.array(cin)
-    want = {"add": (a + b) & MASK, "addc": (a + b + cin[:, None]) & MASK,
-            "sub": (a - b) & MASK, "neg": (-a) & MASK}
+    want = {
+        "add": (a + b) & MASK,
+        "addc": (a + b + cin[:, None]) & MASK,
+        "sub": (a - b) & MASK,
+        "neg": (-a) & MASK,
+    }
     embeds = compiled.embed({"a": a, "b": b, "cin": cin}).reshape(4, 6, -1)
     run_paths(compiled, embeds, {outs[k]: want[k] for k in outs})
 
@@ -65,7 +75,7 @@ def test_add_sub(a, b, cin):
 CONDS = list(Cond)
 
 
-@lru_cache(maxsize=None)
+@cache
 def comparisons():
     c = Circuit("compare")
     a = c.input("a", Bits(32), lanes=LANES)
@@ -78,9 +88,16 @@ def comparisons():
 def expected_compare(a: np.ndarray, b: np.ndarray, cond: Cond) -> np.ndarray:
     sa, sb = signed(a), signed(b)
     table = {
-        Cond.EQ: a == b, Cond.NE: a != b, Cond.LT: sa < sb, Cond.LE: sa <= sb,
-        Cond.GT: sa > sb, Cond.GE: sa >= sb, Cond.LO: a < b, Cond.LS: a <= b,
-        Cond.HI: a > b, Cond.HS: a >= b,
+        Cond.EQ: a == b,
+        Cond.NE: a != b,
+        Cond.LT: sa < sb,
+        Cond.LE: sa <= sb,
+        Cond.GT: sa > sb,
+        Cond.GE: sa >= sb,
+        Cond.LO: a < b,
+        Cond.LS: a <= b,
+        Cond.HI: a > b,
+        Cond.HS: a >= b,
     }
     return table[cond].astype(int)
 
@@ -94,7 +111,7 @@ def test_compare(a, b, same):
     run_paths(compiled, embeds, {outs[k]: expected_compare(a, b, k) for k in outs})
 
 
-@lru_cache(maxsize=None)
+@cache
 def shifts():
     c = Circuit("shifts")
     x = c.input("x", Bits(32))
@@ -124,7 +141,7 @@ def test_shifts(x, s):
     run_paths(compiled, embeds, {outs[k]: want[k] for k in outs})
 
 
-@lru_cache(maxsize=None)
+@cache
 def bitwise():
     c = Circuit("bitwise")
     a = c.input("a", Bits(32), lanes=LANES)
