@@ -3,7 +3,8 @@
 For each primitive, a circuit with just that op (4 lanes of 32-bit words where it applies)
 is scheduled and emitted, and the table reports: layers used, DeltaNet value heads,
 MLP neurons (the op's own, including a read's cleaning units; and the emitted total,
-which adds the clearing of dead inputs and the shared bias unit), the largest per-layer share of the MLP width, and the residual dims
+which adds the clearing of dead inputs and the shared bias unit), the largest per-layer
+share of the MLP width, and the residual dims
 live at the busiest point (inputs, outputs and scratch). "layers (all linear)" is the
 depth without the base's every-4th-layer full attention (which cannot hold memories).
 
