@@ -23,6 +23,7 @@ and whose MLP is used) unless `keep_base_pattern=False`.
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -608,6 +609,9 @@ def _allocate(
             live.add(name)
             return
         if len(free) < f.width:
+            if os.environ.get("QGPU_DEBUG_LIVE"):
+                widest = sorted(live, key=lambda n: -placer.fields[n].width)[:60]
+                print("live:", [(n, placer.fields[n].width) for n in widest])
             who = producer.get(name)
             op = who.name if who is not None else ("token embedding" if point < 0 else name)
             raise CircuitError(

@@ -1,0 +1,206 @@
+"""The model backend: a launch written by the merged model itself.
+
+The host plays the CUDA driver: it emits the load tokens (launch geometry, program ROM,
+memory image) and the start token CTA(0). From there every token is the model's greedy
+prediction (transformers' `generate` with its cache) until the model emits END. The
+results are read out of the recurrent state in the cache; the host computes none of them.
+docs/protocol.md describes the tokens.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from qwengpu.errors import ArgError, LaunchError
+from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
+from qwengpu.isa.instr import Program
+from qwengpu.isa.spec import WORD_MASK
+from qwengpu.machine.model import CompiledMachine
+from qwengpu.machine.rom import check_supported, encode_block, live_outs
+from qwengpu.machine.tokens import MAX_CTAS, MAX_NTID, Token, token
+
+WORD_BYTES = 4
+
+
+def word_tokens(value: int, byte_kind: str, final_kind: str, **extra: int) -> list[Token]:
+    """A 32-bit value as write-back tokens: its low bytes (while a higher byte is nonzero)
+    as byte tokens, then the top nonzero byte as the final token that commits it."""
+    value &= WORD_MASK
+    n = max(1, (value.bit_length() + 7) // 8)
+    out = [token(byte_kind, k=k, v=(value >> (8 * k)) & 0xFF, **extra) for k in range(n - 1)]
+    out.append(token(final_kind, n=n, v=(value >> (8 * (n - 1))) & 0xFF, **extra))
+    return out
+
+
+def load_tokens(
+    machine: CompiledMachine, program: Program, words: Sequence[int], ntid: int, nctaid: int
+) -> list[Token]:
+    """Everything the host sends before the start token: geometry, ROM, memory."""
+    spec = machine.spec
+    if program.spec != spec:
+        raise ArgError(
+            f"program '{program.name}' was lowered for {program.spec.describe()}; the model's "
+            f"machine is {spec.describe()} (compile with qwengpu.machine.model.MACHINE_SPEC)"
+        )
+    layout = machine.vocab.layout
+    out = [token("LAUNCH", ntid=ntid, nctaid=nctaid)]
+    lives = live_outs(program.blocks)
+    for b, block in enumerate(program.blocks):
+        check_supported(b, block, spec)
+        row = encode_block(layout, block, lives[b])
+        if any(row):
+            out.append(token("ROMSEL", romb=b))
+            out += [token("ROMBYTE", romk=j, v=v) for j, v in enumerate(row) if v]
+    for addr, w in enumerate(words):
+        if w:
+            out.append(token("MADDR", addr=addr))
+            out += [t for t in word_tokens(w, "BAMEM", "FAMEM")]
+    return out
+
+
+@dataclass
+class ModelStep:
+    """One EXEC the model emitted, with the tokens that followed it."""
+
+    cta: int
+    warp: int
+    block: int
+    lanes: tuple[int, ...]
+    tokens: list[Token] = field(default_factory=list)
+
+
+@dataclass
+class ModelLaunch:
+    words: list[int]
+    steps: list[ModelStep]
+    generated: list[Token]
+    prompt_tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_exec(self) -> float:
+        return len(self.generated) / max(1, len(self.steps))
+
+
+class ModelBackend:
+    """Runs launches on a Qwen3_5ForCausalLM that holds the machine (see machine.model)."""
+
+    def __init__(self, machine: CompiledMachine, model: Any, token_offset: int) -> None:
+        self.machine = machine
+        self.model = model
+        self.offset = token_offset
+        self.vocab = machine.vocab
+
+    def ids(self, tokens: Sequence[Token]) -> list[int]:
+        return [self.offset + self.vocab.index[t] for t in tokens]
+
+    def launch(
+        self,
+        program: Program,
+        grid: int | Sequence[int],
+        block: int | Sequence[int],
+        args: Sequence[object],
+        *,
+        max_steps: int | None = None,
+        prefill: bool = True,
+        progress: Callable[[str], None] | None = None,
+    ) -> ModelLaunch:
+        """Run one launch; arrays in `args` get their final contents.
+
+        prefill=True feeds the load tokens in one forward (chunked DeltaNet path); False
+        feeds them one by one with the cache (recurrent path)."""
+        import torch
+        from transformers import DynamicCache
+
+        grid3, block3 = dim3(grid, "grid"), dim3(block, "block")
+        check_geometry(program, grid3, block3)
+        if block3[1] != 1 or block3[2] != 1 or grid3[1] != 1 or grid3[2] != 1:
+            raise ArgError("the model backend runs 1-D launches (grid and block x only) so far")
+        if block3[0] > MAX_NTID or grid3[0] > MAX_CTAS:
+            raise ArgError(f"the model backend runs at most {MAX_NTID} threads x {MAX_CTAS} CTAs")
+        image = build_memory(program, args)
+        prompt = load_tokens(self.machine, program, image.words, block3[0], grid3[0])
+        prompt.append(token("CTA", cta=0))
+        budget = max_steps if max_steps is not None else self.machine.spec.max_steps
+        end_id = self.ids([token("END")])[0]
+        start = time.perf_counter()
+        model = self.model
+        with torch.no_grad():
+            ids = torch.tensor([self.ids(prompt)])
+            cache = DynamicCache(config=model.config)
+            if prefill:
+                out = model(input_ids=ids, cache=cache, use_cache=True)
+            else:
+                for t in range(ids.shape[1]):
+                    out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+            generated: list[Token] = []
+            execs = 0
+            # greedy decoding, one token per forward with the cache (the recurrent path)
+            token_budget = budget * 64
+            while True:
+                next_id = int(out.logits[0, -1].argmax())
+                t = self._token(next_id)
+                generated.append(t)
+                if t.kind == "EXEC":
+                    execs += 1
+                    if progress and execs % 16 == 0:
+                        progress(f"{execs} EXEC steps, {len(generated)} tokens")
+                if next_id == end_id:
+                    break
+                if execs > budget or len(generated) > token_budget:
+                    raise LaunchError(
+                        f"the launch ran past its step budget of {budget} EXEC steps "
+                        f"(last token {t}); raise max_steps if the kernel is meant to run longer"
+                    )
+                out = model(input_ids=torch.tensor([[next_id]]), cache=cache, use_cache=True)
+        seconds = time.perf_counter() - start
+        words = self.read_memory(cache)
+        copy_back(image, words)
+        return ModelLaunch(words, _steps(generated), generated, len(prompt), seconds)
+
+    def _token(self, token_id: int) -> Token:
+        index = token_id - self.offset
+        if not 0 <= index < len(self.vocab):
+            raise LaunchError(f"the model emitted a text token (id {token_id}) inside a launch")
+        return self.vocab.tokens[index]
+
+    def recurrent_states(self, cache: Any) -> dict[int, np.ndarray]:
+        states = {}
+        for i, kind in enumerate(self.machine.layer_types):
+            if kind == "linear_attention":
+                s = cache.layers[i].recurrent_states
+                if isinstance(s, dict):  # transformers keys the state by sequence slot
+                    s = s.get(0)
+                if s is not None:
+                    states[i] = s.double().cpu().numpy()
+        return states
+
+    def read_memory(self, cache: Any) -> list[int]:
+        """Final memory words, from the first copy of the memory in the recurrent state."""
+        rows = self.machine.compiled.memory_rows(self.recurrent_states(cache), "mem0")[0]
+        weights = 1 << np.arange(32, dtype=np.int64)
+        return [int(v) for v in (rows * weights).sum(axis=-1)]
+
+
+def _steps(generated: Sequence[Token]) -> list[ModelStep]:
+    steps: list[ModelStep] = []
+    cta = 0
+    for t in generated:
+        if t.kind == "CTA":
+            cta = t.get("cta")
+        if t.kind == "EXEC":
+            lanes = tuple(lane for lane in range(4) if (t.get("mask") >> lane) & 1)
+            steps.append(ModelStep(cta, t.get("w"), t.get("b"), lanes))
+        if steps:
+            steps[-1].tokens.append(t)
+    return steps
+
+
+def stderr_progress(message: str) -> None:
+    print(f"\r{message}", end="", file=sys.stderr, flush=True)

@@ -1,0 +1,1038 @@
+"""The qgpu machine as a circuit: ROM, register and predicate files, ALU, memory unit,
+scheduler and the next-token logic, built from qwengpu.circuit primitives.
+
+One pass per token (docs/protocol.md). On EXEC(b, w, mask) the stack fetches block b,
+reads warp w's operands, runs the instruction and the terminator for the active lanes,
+writes the lanes' next blocks into the scheduler's memories, keeps the results in deep
+buffers, and emits the first write-back token. Every later pass reads those buffers and
+emits the next token, until the scheduler emits the next EXEC. Write-back tokens commit
+values into the shallow memories (registers, predicates, global memory) when they are
+fed back: results computed deep reach the shallow state only through a token.
+
+Sections below follow the pass from input to output: token front end, program ROM and
+decode, register/predicate files, ALU, memory unit, terminator, scheduler, next token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from qwengpu.circuit import Bit, Bits, Circuit, Column, OneHot
+from qwengpu.circuit.craft import Lin, neuron, relu_of
+from qwengpu.circuit.encodings import Encoding
+from qwengpu.circuit.ir import Field
+from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
+from qwengpu.isa.instr import AtomOp, Cond, Op, Special, TermKind
+from qwengpu.isa.spec import MachineSpec
+from qwengpu.machine.rom import OPCODES, SUPPORTED_SPECIALS, TERM_KINDS, RomLayout
+from qwengpu.machine.tokens import ADDR_BITS, ALL_LANES, KIND_NAMES, LANES, WORD_BYTES, Vocabulary
+
+Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
+
+
+# -- building blocks ---------------------------------------------------------------------------
+def _fields_in(c: Circuit, forms: Sequence[Lin]) -> list[Field]:
+    names: set[str] = set()
+    for f in forms:
+        names |= f.fields()
+    return [c.fields[n] for n in sorted(names)]
+
+
+def wires(c: Circuit, name: str, enc: Encoding, channels: Sequence[Sequence[Sequence[Lin]]]):
+    """A field whose channel (lane, i) is the sum of max(form, 0) over its forms: the
+    general "gates into a new field" block. channels[lane][i] = list of forms, each
+    0/1-valued (AND of literals: x + y - 1, ...), mutually exclusive where summed."""
+    out = c.new_field(c.fresh(name), enc, len(channels))
+    neurons, forms = [], []
+    for lane, chans in enumerate(channels):
+        for i, terms in enumerate(chans):
+            for form in terms:
+                neurons.append(relu_of(form, {out.sig(i, lane): 1}))
+                forms.append(form)
+    c.mlp("wires", _fields_in(c, forms), [out], neurons)
+    return out
+
+
+def products(c: Circuit, name: str, enc: Encoding, channels: Sequence[Sequence[Terms]]):
+    """A field whose channel (lane, i) is sum max(gate, 0) * up over its (gate, up) terms:
+    multiplexers and gated copies (gates 0/1, at most one term nonzero)."""
+    out = c.new_field(c.fresh(name), enc, len(channels))
+    neurons, forms = [], []
+    for lane, chans in enumerate(channels):
+        for i, terms in enumerate(chans):
+            for gate, up in terms:
+                neurons.append(neuron(gate, {out.sig(i, lane): 1}, up=up))
+                forms += [gate, up]
+    c.mlp("products", _fields_in(c, forms), [out], neurons)
+    return out
+
+
+def bit(f: Field, i: int = 0, lane: int = 0) -> Lin:
+    return f.ch(i, lane)
+
+
+def bits_of(c: Circuit, name: str, sources: Sequence[Lin]) -> Field:
+    """A one-lane Bits field gathered from 0/1 channels (bit slicing, concatenation)."""
+    enc = Bits(len(sources)) if len(sources) > 1 else Bit()
+    return wires(c, name, enc, [[[s] for s in sources]])
+
+
+def lanes_of(c: Circuit, name: str, per_lane: Sequence[Field]) -> Field:
+    """One field with a lane per one-lane field (all of one encoding)."""
+    w = per_lane[0].encoding.width
+    return wires(c, name, per_lane[0].encoding, [[[f.ch(i)] for i in range(w)] for f in per_lane])
+
+
+def lane_part(c: Circuit, name: str, f: Field, lane: int) -> Field:
+    return wires(c, name, f.encoding, [[[f.ch(i, lane)] for i in range(f.encoding.width)]])
+
+
+def pick_lane(c: Circuit, name: str, onehot: Field, f: Field) -> Field:
+    """f's lane selected by a one-lane OneHot over lanes (0 when none)."""
+    return products(
+        c,
+        name,
+        f.encoding,
+        [
+            [
+                [(onehot.ch(lane), f.ch(i, lane)) for lane in range(f.lanes)]
+                for i in range(f.encoding.width)
+            ]
+        ],
+    )
+
+
+def value_form(f: Field, lane: int = 0) -> Lin:
+    return f.value(lane)
+
+
+def matches(f: Field, value: int, lane: int = 0) -> Lin:
+    """1 when the Bits field equals `value`, <= 0 otherwise (AND of literals)."""
+    w = f.encoding.width
+    form = Lin()
+    for i in range(w):
+        form = form + (f.ch(i, lane) if (value >> i) & 1 else 1 - f.ch(i, lane))
+    return form - (w - 1)
+
+
+def condition_forms(hs: Field, eq: Field, ge: Field, lane: int) -> dict[Cond, Lin]:
+    """Every setp condition as a 0/1 linear form of three comparisons: unsigned a >= b,
+    a == b and signed a >= b."""
+    h, e, g = hs.ch(0, lane), eq.ch(0, lane), ge.ch(0, lane)
+    return {
+        Cond.EQ: e,
+        Cond.NE: 1 - e,
+        Cond.LT: 1 - g,
+        Cond.LE: 1 - g + e,
+        Cond.GT: g - e,
+        Cond.GE: g,
+        Cond.LO: 1 - h,
+        Cond.LS: 1 - h + e,
+        Cond.HI: h - e,
+        Cond.HS: h,
+    }
+
+
+# -- the machine -------------------------------------------------------------------------------
+class MachineCircuit:
+    """Builds the machine circuit for a MachineSpec (one instruction per block)."""
+
+    def __init__(self, spec: MachineSpec) -> None:
+        if spec.block_size != 1:
+            raise ValueError("the machine circuit runs one instruction per pass: block_size 1")
+        self.spec = spec
+        self.vocab = Vocabulary(spec)
+        self.layout = RomLayout(spec)
+        self.c = Circuit("qgpu-machine")
+        self.bb = self.layout.block_bits
+        self.wb = self.vocab.warp_bits
+        self._build()
+
+    # -- token front end -------------------------------------------------------------------------
+    def _inputs(self) -> None:
+        c, s = self.c, self.spec
+        self.kind = {k: c.input(f"is_{k.lower()}", Bit()) for k in KIND_NAMES}
+        self.row0 = c.input("row0", Bit())  # always 0: the address of one-row memories
+        self.t_b = c.input("t_b", Bits(self.bb))
+        self.t_w = c.input("t_w", Bits(self.wb))
+        self.t_mask = c.input("t_mask", Bits(LANES))
+        self.t_v = c.input("t_v", Bits(8))
+        self.t_sel = c.input("t_sel", OneHot(LANES + 1, allow_none=True))
+        self.t_k = c.input("t_k", OneHot(WORD_BYTES - 1, allow_none=True))
+        self.t_n = c.input("t_n", OneHot(WORD_BYTES, allow_none=True))
+        self.stg_we = [c.input(f"stg_we{k}", Bit()) for k in range(WORD_BYTES - 1)]
+        self.pv = [c.input(f"pv{lane}", Bit()) for lane in range(LANES)]
+        self.pw = [c.input(f"pw{lane}", Bit()) for lane in range(LANES)]
+        self.t_addr = c.input("t_addr", Bits(ADDR_BITS))
+        self.t_romb = c.input("t_romb", Bits(self.bb))
+        self.rom_we = [c.input(f"rom_we{k}", Bit()) for k in range(self.layout.rom_bytes)]
+        self.t_lane = c.input("t_lane", OneHot(LANES, allow_none=True))
+        self.t_cta = c.input("t_cta", Bits(4))
+        self.t_ntid = c.input("t_ntid", Bits(5))
+        self.t_nctaid = c.input("t_nctaid", Bits(5))
+        del s
+
+    def _register(self, name: str, columns: list[Column], data: list[Field], when: Field):
+        """A one-row memory written from the token (a latch), read on every token."""
+        mem = self.c.memory(name, 1, columns)
+        self.c.write(mem, self.row0, data, when=when)
+        return self.c.read(mem, self.row0).outputs
+
+    def _front_end(self) -> None:
+        k = self.kind
+        self.cur_b, self.cur_w, self.cur_mask = self._register(
+            "cur",
+            [Column("b", Bits(self.bb)), Column("w", Bits(self.wb)), Column("mask", Bits(LANES))],
+            [self.t_b, self.t_w, self.t_mask],
+            k["EXEC"],
+        )
+        self.stg = [
+            self._register(f"stage{j}", [Column("v", Bits(8))], [self.t_v], self.stg_we[j])[0]
+            for j in range(WORD_BYTES - 1)
+        ]
+        (self.romcur,) = self._register(
+            "romcur", [Column("b", Bits(self.bb))], [self.t_romb], k["ROMSEL"]
+        )
+        (self.memcur,) = self._register(
+            "memcur", [Column("a", Bits(ADDR_BITS))], [self.t_addr], k["MADDR"]
+        )
+        (self.acur,) = self._register(
+            "acur", [Column("lane", OneHot(LANES, allow_none=True))], [self.t_lane], k["ATOM"]
+        )
+        self.ntid, self.nctaid = self._register(
+            "geometry",
+            [Column("ntid", Bits(5)), Column("nctaid", Bits(5))],
+            [self.t_ntid, self.t_nctaid],
+            k["LAUNCH"],
+        )
+        (self.cta,) = self._register("cta", [Column("k", Bits(4))], [self.t_cta], k["CTA"])
+        # The word a final write-back token commits: its byte n-1 is the token's, the
+        # bytes below come from the staging latches the BYTE tokens filled.
+        chans = []
+        for j in range(WORD_BYTES):
+            for i in range(8):
+                terms = [(self.t_n.ch(j), self.t_v.ch(i))]
+                terms += [(self.t_n.ch(n), self.stg[j].ch(i)) for n in range(j + 1, WORD_BYTES)]
+                chans.append(terms)
+        self.word_in = products(self.c, "word_in", Bits(32), [chans])
+
+    # -- program ROM and decode -----------------------------------------------------------------
+    def _rom(self) -> None:
+        c = self.c
+        rom_bytes = []
+        for j in range(self.layout.rom_bytes):
+            mem = c.memory(f"rom{j}", self.spec.rom_blocks, [Column("v", Bits(8))])
+            c.write(mem, self.romcur, [self.t_v], when=self.rom_we[j])
+            rom_bytes.append(c.read(mem, self.cur_b).outputs[0])
+        row = [rom_bytes[i // 8].ch(i % 8) for i in range(8 * len(rom_bytes))]
+        self.ins = {
+            name: bits_of(c, f"ins.{name}", row[pos : pos + width])
+            for name, (pos, width) in self.layout.field_bits().items()
+        }
+        self.op = c.decoder(self.ins["op"], name="op1h")
+        self.mode = c.decoder(self.ins["mode"], name="mode1h")
+        self.term = c.decoder(self.ins["term"], name="term1h")
+
+    def opc(self, op: Op) -> Lin:
+        return self.op.ch(OPCODES.index(op))
+
+    def term_is(self, kind: TermKind) -> Lin:
+        return self.term.ch(TERM_KINDS.index(kind))
+
+    # -- register and predicate files -----------------------------------------------------------
+    def _files(self) -> None:
+        c, s, k = self.c, self.spec, self.kind
+        w = [self.cur_w.ch(i) for i in range(self.wb)]
+
+        def reg_addr(name: str) -> Field:
+            return bits_of(
+                c, f"ra.{name}", [self.ins[name].ch(i) for i in range(self.layout.reg_bits)] + w
+            )
+
+        def pred_addr(name: str) -> Field:
+            return bits_of(
+                c, f"pa.{name}", [self.ins[name].ch(i) for i in range(self.layout.pred_bits)] + w
+            )
+
+        # a final register write-back commits lane l if it names l, or all active lanes
+        we = wires(
+            c,
+            "rf.we",
+            Bit(),
+            [
+                [
+                    [
+                        bit(k["FREG"]) + self.t_sel.ch(lane) - 1,
+                        bit(k["FREG"]) + self.t_sel.ch(ALL_LANES) + self.cur_mask.ch(lane) - 2,
+                        bit(k["FAREG"]) + self.acur.ch(lane) - 1,
+                    ]
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        we_lanes = [lane_part(c, f"rf.we{lane}", we, lane) for lane in range(LANES)]
+        wa, ra, rb = reg_addr("rd"), reg_addr("a"), reg_addr("b")
+        rows = s.warps << self.layout.reg_bits
+        reads_a, reads_b = [], []
+        for lane in range(LANES):
+            mem = c.memory(f"regs{lane}", rows, [Column("v", Bits(32))])
+            c.write(mem, wa, [self.word_in], when=we_lanes[lane])
+            reads_a.append(c.read(mem, ra).outputs[0])
+            reads_b.append(c.read(mem, rb).outputs[0])
+        self.A = lanes_of(c, "A", reads_a)
+        imm = self.ins["b_is_imm"].ch(0)
+        self.B = wires(
+            c,
+            "B",
+            Bits(32),
+            [
+                [[reads_b[lane].ch(i) - imm, self.ins["bimm"].ch(i) + imm - 1] for i in range(32)]
+                for lane in range(LANES)
+            ],
+        )
+        pa_w, pa_g, pa_a, pa_t = (pred_addr(n) for n in ("pd", "guard", "pa", "term_pred"))
+        self.pg, self.pa, self.pt = [], [], []
+        prow = s.warps << self.layout.pred_bits
+        for lane in range(LANES):
+            mem = c.memory(f"preds{lane}", prow, [Column("p", Bit())])
+            c.write(mem, pa_w, [self.pv[lane]], when=self.pw[lane])
+            self.pg.append(c.read(mem, pa_g).outputs[0])
+            self.pa.append(c.read(mem, pa_a).outputs[0])
+            self.pt.append(c.read(mem, pa_t).outputs[0])
+
+    # -- ALU ---------------------------------------------------------------------------------------
+    def _alu(self) -> None:
+        c, ins = self.c, self.ins
+        A, B = self.A, self.B
+        has, neg = ins["has_guard"].ch(0), ins["guard_neg"].ch(0)
+        gpass = wires(
+            c,
+            "guard.pass",
+            Bit(),
+            [
+                [
+                    [
+                        1 - has,
+                        has + self.pg[lane].ch(0) - neg - 1,
+                        has + neg - self.pg[lane].ch(0) - 1,
+                    ]
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        # lanes that execute the instruction: active (EXEC) or the atomic's lane (ATOM)
+        self.E = wires(
+            c,
+            "exe",
+            Bit(),
+            [
+                [
+                    [
+                        bit(self.kind["EXEC"]) + self.cur_mask.ch(lane) + gpass.ch(0, lane) - 2,
+                        bit(self.kind["ATOM"]) + self.t_lane.ch(lane) + gpass.ch(0, lane) - 2,
+                    ]
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        neg_a = ins["neg_a"].ch(0)
+        pa_eff = wires(
+            c,
+            "sel.p",
+            Bit(),
+            [[[self.pa[lane].ch(0) - neg_a, neg_a - self.pa[lane].ch(0)]] for lane in range(LANES)],
+        )
+        adder = self._adder()
+        logic, shift = self._logic_unit(), self._shifter()
+        results: dict[Op, Field] = {
+            Op.ADD: adder,
+            Op.SUB: adder,
+            Op.MUL: c.mul_lo(A, B),
+            Op.AND: logic,
+            Op.OR: logic,
+            Op.XOR: logic,
+            Op.SHL: shift,
+            Op.SHR: shift,
+            Op.SRA: shift,
+            Op.SEL: c.mux(pa_eff, A, B),
+            Op.S2R: self._special_registers(),
+            Op.LD: self._loads(),
+        }
+        self.results = results
+        self.V = products(
+            c,
+            "V",
+            Bits(32),
+            [
+                [[(self.opc(op), r.ch(i, lane)) for op, r in results.items()] for i in range(32)]
+                for lane in range(LANES)
+            ],
+        )
+        hs, eq, ge = (c.compare(A, B, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
+        conds = list(Cond)
+        self.p_new = products(
+            c,
+            "setp",
+            Bit(),
+            [
+                [
+                    [
+                        (self.mode.ch(conds.index(cd)), form)
+                        for cd, form in condition_forms(hs, eq, ge, lane).items()
+                    ]
+                ]
+                for lane in range(LANES)
+            ],
+        )
+
+    def _adder(self) -> Field:
+        """One adder for add, sub (a + ~b + 1) and the memory address (a + imm)."""
+        c, ins = self.c, self.ins
+        mem = self.opc(Op.LD) + self.opc(Op.ST) + self.opc(Op.ATOM)
+        sub = self.opc(Op.SUB)
+        operand = wires(
+            c,
+            "adder.b",
+            Bits(32),
+            [
+                [
+                    [
+                        ins["imm"].ch(i) + mem - 1,
+                        self.B.ch(i, lane) - sub - mem,
+                        sub - self.B.ch(i, lane) - mem,
+                    ]
+                    for i in range(32)
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        self.sum = c.add(self.A, operand, carry_in=bits_of(c, "adder.cin", [sub]))
+        return self.sum
+
+    def _logic_unit(self) -> Field:
+        """and / or / xor in one block, gated by the opcode (one result field)."""
+        c = self.c
+        o_and, o_or, o_xor = self.opc(Op.AND), self.opc(Op.OR), self.opc(Op.XOR)
+        chans = []
+        for lane in range(LANES):
+            lane_chans = []
+            for i in range(32):
+                a, b = self.A.ch(i, lane), self.B.ch(i, lane)
+                lane_chans.append(
+                    [
+                        (a + b + o_and - 2, Lin.of(1)),
+                        (a + o_or - 1, Lin.of(1)),
+                        (b + o_or - 1, Lin.of(1)),
+                        (a + b + o_or - 2, Lin.of(-1)),
+                        (a + o_xor - 1, Lin.of(1)),
+                        (b + o_xor - 1, Lin.of(1)),
+                        (a + b + o_xor - 2, Lin.of(-2)),
+                    ]
+                )
+            chans.append(lane_chans)
+        return products(c, "logic", Bits(32), chans)
+
+    def _shifter(self) -> Field:
+        """shl / shr / sra by the whole register b in one block, gated by the opcode:
+        out_i = sum_k [b == k] * a_(i -+ k); sra fills with the sign where i + b >= 32."""
+        c = self.c
+        ops = {Op.SHL: self.opc(Op.SHL), Op.SHR: self.opc(Op.SHR), Op.SRA: self.opc(Op.SRA)}
+        sign = wires(
+            c,
+            "sra.sign",
+            Bit(),
+            [[[self.A.ch(31, lane) + ops[Op.SRA] - 1]] for lane in range(LANES)],
+        )
+        out = c.new_field(c.fresh("shift"), Bits(32), LANES)
+        neurons = []
+        for lane in range(LANES):
+            forms, high = words_shift_forms(self.B, lane, 32)
+            low_value = sum((self.B.ch(j, lane) * (1 << j) for j in range(5)), Lin())
+            for k, form in enumerate(forms):
+                for i in range(32):
+                    o = {out.sig(i, lane): 1}
+                    if i - k >= 0:
+                        neurons.append(neuron(form + ops[Op.SHL] - 1, o, up=self.A.ch(i - k, lane)))
+                    if i + k < 32:
+                        gate = form + ops[Op.SHR] + ops[Op.SRA] - 1
+                        neurons.append(neuron(gate, o, up=self.A.ch(i + k, lane)))
+            top = sign.ch(0, lane)
+            neurons.append(neuron(top, {out.sig(i, lane): 1 for i in range(32)}))
+            for i in range(32):
+                keep = (31 - i) - low_value - high * 32  # >= 0: bit i is not sign fill
+                o = {out.sig(i, lane): 1}
+                neurons.append(neuron(keep + 1, {out.sig(i, lane): -1}, up=top))
+                neurons.append(neuron(keep, o, up=top))
+        c.mlp("shift", [self.A, self.B, sign, self.op], [out], neurons)
+        return out
+
+    def _special_registers(self) -> Field:
+        """s2r: tid.x = 4 * warp + lane (1-D CTAs), ntid.x, ctaid.x, nctaid.x, laneid, warpid."""
+        c = self.c
+        specials = list(Special)
+
+        def m(sp: Special) -> Lin:
+            return self.mode.ch(specials.index(sp))
+
+        assert set(SUPPORTED_SPECIALS) == {
+            Special.TID_X,
+            Special.NTID_X,
+            Special.CTAID_X,
+            Special.NCTAID_X,
+            Special.LANEID,
+            Special.WARPID,
+        }
+        lanes = []
+        for lane in range(LANES):
+            chans = []
+            for i in range(32):
+                terms = []
+                for w in range(self.spec.warps):
+                    if ((LANES * w + lane) >> i) & 1:
+                        terms.append(m(Special.TID_X) + matches(self.cur_w, w) - 1)
+                    if (w >> i) & 1:
+                        terms.append(m(Special.WARPID) + matches(self.cur_w, w) - 1)
+                if (lane >> i) & 1:
+                    terms.append(m(Special.LANEID))
+                if i < 5:
+                    terms.append(m(Special.NTID_X) + self.ntid.ch(i) - 1)
+                    terms.append(m(Special.NCTAID_X) + self.nctaid.ch(i) - 1)
+                if i < 4:
+                    terms.append(m(Special.CTAID_X) + self.cta.ch(i) - 1)
+                chans.append(terms)
+            lanes.append(chans)
+        return wires(c, "s2r", Bits(32), lanes)
+
+    def _loads(self) -> Field:
+        """ld and the memory unit's read port: one memory copy per lane, addressed by the
+        lane's word a + imm (bits 2..8 of the byte address)."""
+        c = self.c
+        self.word_addr = [
+            bits_of(c, f"wordaddr{lane}", [self.sum.ch(2 + i, lane) for i in range(ADDR_BITS)])
+            for lane in range(LANES)
+        ]
+        reads = []
+        for lane in range(LANES):
+            mem = c.memory(f"mem{lane}", self.spec.memory_words, [Column("v", Bits(32))])
+            c.write(mem, self.memcur, [self.word_in], when=self.kind["FAMEM"])
+            reads.append(c.read(mem, self.word_addr[lane]).outputs[0])
+        self.loaded = reads
+        return lanes_of(c, "ld", reads)
+
+    # -- memory unit (ATOM passes) -------------------------------------------------------------
+    def _memory_unit(self) -> None:
+        """On ATOM(l): old = mem[addr_l], new = fn(old, b_l) (st: b_l), kept in a buffer
+        that the following MADDR / FAMEM / FAREG tokens read out."""
+        c = self.c
+        lane = self.t_lane
+        old = pick_lane(c, "atom.old", lane, lanes_of(c, "loaded", self.loaded))
+        b = pick_lane(c, "atom.b", lane, self.B)
+        addr = pick_lane(c, "atom.addr", lane, lanes_of(c, "wordaddrs", self.word_addr))
+        hs, eq, ge = (c.compare(old, b, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
+        cf = condition_forms(hs, eq, ge, 0)
+        # fn -> [(condition form, value)]: the result is the value whose condition is 1
+        choices: dict[AtomOp, list[tuple[Lin, Field]]] = {
+            AtomOp.ADD: [(Lin.of(1), c.add(old, b))],
+            AtomOp.EXCH: [(Lin.of(1), b)],
+            AtomOp.AND: [(Lin.of(1), c.bit_and(old, b))],
+            AtomOp.OR: [(Lin.of(1), c.bit_or(old, b))],
+            AtomOp.XOR: [(Lin.of(1), c.bit_xor(old, b))],
+            AtomOp.MIN: [(cf[Cond.LT], old), (1 - cf[Cond.LT], b)],
+            AtomOp.MAX: [(cf[Cond.GT], old), (1 - cf[Cond.GT], b)],
+            AtomOp.MINU: [(cf[Cond.LO], old), (1 - cf[Cond.LO], b)],
+            AtomOp.MAXU: [(cf[Cond.HI], old), (1 - cf[Cond.HI], b)],
+        }
+        atoms = list(AtomOp)
+        chans = []
+        for i in range(32):
+            terms = [(self.opc(Op.ST), b.ch(i))]
+            for fn, options in choices.items():
+                gate = self.opc(Op.ATOM) + self.mode.ch(atoms.index(fn)) - 1
+                terms += [(gate + when - 1, r.ch(i)) for when, r in options]
+            chans.append(terms)
+        new = products(c, "atom.new", Bits(32), [chans])
+        self.atb_addr, self.atb_new, self.atb_old = self._register(
+            "atomic",
+            [Column("addr", Bits(ADDR_BITS)), Column("new", Bits(32)), Column("old", Bits(32))],
+            [addr, new, old],
+            self.kind["ATOM"],
+        )
+
+    # -- terminator and scheduler ---------------------------------------------------------------
+    def _terminator(self) -> None:
+        c, ins, k = self.c, self.ins, self.kind
+        fwd = c.and_(
+            c.equal(ins["pd"], ins["term_pred"]), bits_of(c, "is_setp", [self.opc(Op.SETP)])
+        )
+        fwd_e = wires(
+            c, "fwd.e", Bit(), [[[bit(fwd) + self.E.ch(0, lane) - 1]] for lane in range(LANES)]
+        )
+        tn = ins["term_neg"].ch(0)
+        p_eff = wires(
+            c,
+            "term.p",
+            Bit(),
+            [
+                [
+                    [
+                        self.pt[lane].ch(0) - fwd_e.ch(0, lane),
+                        self.p_new.ch(0, lane) + fwd_e.ch(0, lane) - 1,
+                    ]
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        cond = wires(
+            c,
+            "term.cond",
+            Bit(),
+            [[[p_eff.ch(0, lane) - tn, tn - p_eff.ch(0, lane)]] for lane in range(LANES)],
+        )
+        jump = self.term_is(TermKind.JUMP) + self.term_is(TermKind.BARRIER)
+        br = self.term_is(TermKind.BRANCH)
+        nb = wires(
+            c,
+            "next.b",
+            Bits(self.bb),
+            [
+                [
+                    [
+                        jump + ins["target"].ch(i) - 1 - bit(k["CTA"]),
+                        br + cond.ch(0, lane) + ins["target"].ch(i) - 2 - bit(k["CTA"]),
+                        br + ins["other"].ch(i) - cond.ch(0, lane) - 1 - bit(k["CTA"]),
+                    ]
+                    for i in range(self.bb)
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        # the scheduler's state: (next block, live) for every (warp, lane), one memory each
+        self.sched_nb, self.sched_live = {}, {}
+        ntid = value_form(self.ntid)
+        exit_ = self.term_is(TermKind.EXIT)
+        for w in range(self.spec.warps):
+            for lane in range(LANES):
+                t = LANES * w + lane
+                starts = c.threshold(ntid, t + 1, name=f"starts{t}")
+                live = wires(
+                    c,
+                    f"live.new{t}",
+                    Bit(),
+                    [[[1 - exit_ - bit(k["CTA"]), bit(k["CTA"]) + bit(starts) - 1]]],
+                )
+                when = wires(
+                    c,
+                    f"sched.we{t}",
+                    Bit(),
+                    [
+                        [
+                            [
+                                bit(k["EXEC"])
+                                + matches(self.cur_w, w)
+                                + self.cur_mask.ch(lane)
+                                - 2,
+                                bit(k["CTA"]),
+                            ]
+                        ]
+                    ],
+                )
+                (nb_r, live_r) = self._register(
+                    f"sched{t}",
+                    [Column("nb", Bits(self.bb)), Column("live", Bit())],
+                    [lane_part(c, f"nb{t}", nb, lane), live],
+                    when,
+                )
+                self.sched_nb[w, lane], self.sched_live[w, lane] = nb_r, live_r
+
+    def _scheduler(self) -> None:
+        """Lowest live warp; in it, the lowest next block among its live lanes (minimum-PC)
+        and the lanes waiting there."""
+        c = self.c
+        big = 1 << self.bb  # a dead lane's block never counts as lower
+        cands, blocks, anys = [], [], []
+        for w in range(self.spec.warps):
+            ok = {}
+            for lane in range(LANES):
+                for other in range(LANES):
+                    if other != lane:
+                        form = (
+                            value_form(self.sched_nb[w, other])
+                            - value_form(self.sched_nb[w, lane])
+                            + big * (1 - bit(self.sched_live[w, other]))
+                        )
+                        ok[lane, other] = c.threshold(form, 0, name=f"le.{w}.{lane}.{other}")
+            cand = wires(
+                c,
+                f"cand{w}",
+                Bits(LANES),
+                [
+                    [
+                        [
+                            bit(self.sched_live[w, lane])
+                            + sum((bit(ok[lane, o]) for o in range(LANES) if o != lane), Lin())
+                            - (LANES - 1)
+                        ]
+                        for lane in range(LANES)
+                    ]
+                ],
+            )
+            first, any_ = c.priority(cand, name=f"first{w}")
+            block = products(
+                c,
+                f"block{w}",
+                Bits(self.bb),
+                [
+                    [
+                        [(first.ch(lane), self.sched_nb[w, lane].ch(i)) for lane in range(LANES)]
+                        for i in range(self.bb)
+                    ]
+                ],
+            )
+            cands.append(cand)
+            blocks.append(block)
+            anys.append(any_)
+        live_warps = bits_of(c, "warps.live", [bit(a) for a in anys])
+        wsel, self.any_live = c.priority(live_warps, name="warp")
+        self.next_b = products(
+            c,
+            "next.exec.b",
+            Bits(self.bb),
+            [[[(wsel.ch(w), b.ch(i)) for w, b in enumerate(blocks)] for i in range(self.bb)]],
+        )
+        self.next_mask = products(
+            c,
+            "next.exec.mask",
+            Bits(LANES),
+            [[[(wsel.ch(w), m.ch(i)) for w, m in enumerate(cands)] for i in range(LANES)]],
+        )
+        self.next_w = wires(
+            c,
+            "next.exec.w",
+            Bits(self.wb),
+            [
+                [
+                    [wsel.ch(w) for w in range(self.spec.warps) if (w >> i) & 1]
+                    for i in range(self.wb)
+                ]
+            ],
+        )
+        self.next_cta = c.lookup(
+            self.cta, [min(k + 1, 15) for k in range(16)], Bits(4), name="cta.next"
+        )
+        self.more_ctas = c.threshold(
+            value_form(self.nctaid) - value_form(self.cta), 2, name="cta.more"
+        )
+
+    # -- results buffer and the next token ------------------------------------------------------
+    def _results(self) -> None:
+        """EXEC keeps the lanes' results, the executed lanes and the new predicates in deep
+        one-row memories; the write-back passes after it read them."""
+        c = self.c
+        exe4 = bits_of(c, "exe4", [self.E.ch(0, lane) for lane in range(LANES)])
+        pvals = wires(
+            c,
+            "pvals",
+            Bits(LANES),
+            [[[self.p_new.ch(0, lane) + self.E.ch(0, lane) - 1] for lane in range(LANES)]],
+        )
+        first, _ = c.priority(exe4, name="exe.first")
+        v_first = pick_lane(c, "v.first", first, self.V)
+        eq = c.equal(self.V, v_first)
+        ok = wires(
+            c,
+            "uni.ok",
+            Bit(),
+            [
+                [[1 - self.E.ch(0, lane), self.E.ch(0, lane) + eq.ch(0, lane) - 1]]
+                for lane in range(LANES)
+            ],
+        )
+        missing = sum((self.cur_mask.ch(lane) - self.E.ch(0, lane) for lane in range(LANES)), Lin())
+        uni = wires(
+            c,
+            "uniform",
+            Bit(),
+            [[[sum((ok.ch(0, lane) for lane in range(LANES)), Lin()) - (LANES - 1) - missing]]],
+        )
+        self.res_v = [
+            self._register(
+                f"result{lane}",
+                [Column("v", Bits(32))],
+                [lane_part(c, f"v{lane}", self.V, lane)],
+                self.kind["EXEC"],
+            )[0]
+            for lane in range(LANES)
+        ]
+        self.res_e, self.res_p, self.res_u = self._register(
+            "result.lanes",
+            [Column("exe", Bits(LANES)), Column("pv", Bits(LANES)), Column("uni", Bit())],
+            [exe4, pvals, uni],
+            self.kind["EXEC"],
+        )
+
+    def _next_token(self) -> None:
+        c, k, ins = self.c, self.kind, self.ins
+        E = self.res_e
+        any_e = c.or_bits(E, name="any.exe")
+        efirst, _ = c.priority(E, name="res.first")
+        # lanes after the current register write-back's lane / the current atomic's lane
+        after_sel = wires(
+            c,
+            "after.sel",
+            Bits(LANES),
+            [
+                [
+                    [E.ch(lane) + sum((self.t_sel.ch(j) for j in range(lane)), Lin()) - 1]
+                    for lane in range(LANES)
+                ]
+            ],
+        )
+        after_atom = wires(
+            c,
+            "after.atom",
+            Bits(LANES),
+            [
+                [
+                    [E.ch(lane) + sum((self.acur.ch(j) for j in range(lane)), Lin()) - 1]
+                    for lane in range(LANES)
+                ]
+            ],
+        )
+        nxt, nxt_any = c.priority(after_sel, name="next.lane")
+        natom, natom_any = c.priority(after_atom, name="next.atom")
+        is_setp, is_mem = self.opc(Op.SETP), self.opc(Op.ST) + self.opc(Op.ATOM)
+        wb = ins["wb"].ch(0)
+        is_atom_op = self.opc(Op.ATOM)
+        ex, ae = bit(k["EXEC"]), bit(any_e)
+        sel_all = self.t_sel.ch(ALL_LANES)
+        go = {
+            "pred": ex + is_setp + ae - 2,
+            "reg.start": ex + wb - is_atom_op + ae - 2,
+            "reg.next": bit(k["BREG"]),
+            "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - 1,
+            "atom.first": ex + is_mem + ae - 2,
+            "maddr": bit(k["ATOM"]),
+            "amem.start": bit(k["MADDR"]),
+            "amem.next": bit(k["BAMEM"]),
+            "areg.start": bit(k["FAMEM"]) + wb + is_atom_op - 2,
+            "areg.next": bit(k["BAREG"]),
+            "atom.next": [
+                bit(k["FAMEM"]) - wb + bit(natom_any) - 1,
+                bit(k["FAMEM"]) - is_atom_op + bit(natom_any) - 1,
+                bit(k["FAREG"]) + bit(natom_any) - 1,
+            ],
+        }
+        names = list(go)
+        gof = wires(
+            c, "go", Bits(len(names)), [[(g if isinstance(g, list) else [g]) for g in go.values()]]
+        )
+
+        def g(name: str) -> Lin:
+            return gof.ch(names.index(name))
+
+        reg_start, reg_next, reg_lane = g("reg.start"), g("reg.next"), g("reg.lane")
+        sched = wires(
+            c, "go.sched", Bit(), [[[1 - sum((gof.ch(i) for i in range(len(names))), Lin())]]]
+        )
+        # the register write-back's lane (value) and selector (token)
+        wlane = wires(
+            c,
+            "wb.lane",
+            OneHot(LANES, allow_none=True),
+            [
+                [
+                    [
+                        reg_start + efirst.ch(lane) - 1,
+                        reg_next + self.t_sel.ch(lane) - 1,
+                        reg_next + sel_all + efirst.ch(lane) - 2,
+                        reg_lane + nxt.ch(lane) - 1,
+                    ]
+                    for lane in range(LANES)
+                ]
+            ],
+        )
+        u = self.res_u.ch(0)
+        wsel = wires(
+            c,
+            "o_sel",
+            OneHot(LANES + 1, allow_none=True),
+            [
+                [
+                    *[
+                        [
+                            reg_start + efirst.ch(lane) - u - 1,
+                            reg_next + self.t_sel.ch(lane) - 1,
+                            reg_lane + nxt.ch(lane) - 1,
+                        ]
+                        for lane in range(LANES)
+                    ],
+                    [reg_start + u - 1, reg_next + sel_all - 1],
+                ]
+            ],
+        )
+        v_reg = pick_lane(c, "wb.vreg", wlane, lanes_of(c, "results", self.res_v))
+        reg_t, amem_t, areg_t = (
+            reg_start + reg_next + reg_lane,
+            g("amem.start") + g("amem.next"),
+            g("areg.start") + g("areg.next"),
+        )
+        word = products(
+            c,
+            "wb.word",
+            Bits(32),
+            [
+                [
+                    [
+                        (reg_t, v_reg.ch(i)),
+                        (amem_t, self.atb_new.ch(i)),
+                        (areg_t, self.atb_old.ch(i)),
+                    ]
+                    for i in range(32)
+                ]
+            ],
+        )
+        starts = reg_start + reg_lane + g("amem.start") + g("areg.start")
+        nexts = [reg_next, g("amem.next"), g("areg.next")]
+        pos = wires(
+            c,
+            "wb.pos",
+            OneHot(WORD_BYTES, allow_none=True),
+            [
+                [[starts]]
+                + [[nx + self.t_k.ch(j) - 1 for nx in nexts] for j in range(WORD_BYTES - 1)]
+            ],
+        )
+        nz = [
+            c.or_bits(bits_of(c, f"byte{j}", [word.ch(8 * j + i) for i in range(8)]), name=f"nz{j}")
+            for j in range(WORD_BYTES)
+        ]
+        more = []  # [a higher byte than j is nonzero]
+        for j in range(WORD_BYTES - 1):
+            total = sum((bit(nz[h]) for h in range(j + 1, WORD_BYTES)), Lin())
+            more.append(total)
+        higher = [c.threshold(m, 1, name=f"more{j}") for j, m in enumerate(more)]
+        is_byte = wires(
+            c,
+            "wb.isbyte",
+            Bit(),
+            [[[pos.ch(j) + bit(higher[j]) - 1 for j in range(WORD_BYTES - 1)]]],
+        )
+        k_out = wires(
+            c,
+            "o_k",
+            OneHot(WORD_BYTES - 1, allow_none=True),
+            [[[pos.ch(j) + bit(higher[j]) - 1] for j in range(WORD_BYTES - 1)]],
+        )
+        n_out = wires(
+            c,
+            "o_n",
+            OneHot(WORD_BYTES, allow_none=True),
+            [
+                [
+                    [pos.ch(j) - (bit(higher[j]) if j < WORD_BYTES - 1 else 0)]
+                    for j in range(WORD_BYTES)
+                ]
+            ],
+        )
+        v_out = products(
+            c,
+            "o_v",
+            Bits(8),
+            [[[(pos.ch(j), word.ch(8 * j + i)) for j in range(WORD_BYTES)] for i in range(8)]],
+        )
+        # targets as fields, to combine with byte / final
+        tgt = wires(c, "wb.target", Bits(3), [[[reg_t], [amem_t], [areg_t]]])
+        sch = bit(sched)
+        al = bit(self.any_live)
+        mc = bit(self.more_ctas)
+        ib = bit(is_byte)
+        kinds = {
+            "EXEC": [sch + al - 1],
+            "CTA": [sch - al + mc - 1],
+            "END": [sch - al - mc],
+            "PRED": [g("pred")],
+            "ATOM": [g("atom.first"), g("atom.next")],
+            "MADDR": [g("maddr")],
+            "BREG": [tgt.ch(0) + ib - 1],
+            "FREG": [tgt.ch(0) - ib],
+            "BAMEM": [tgt.ch(1) + ib - 1],
+            "FAMEM": [tgt.ch(1) - ib],
+            "BAREG": [tgt.ch(2) + ib - 1],
+            "FAREG": [tgt.ch(2) - ib],
+        }
+        o_kind = wires(
+            c,
+            "o_kind",
+            OneHot(len(KIND_NAMES), allow_none=True),
+            [[kinds.get(name, []) for name in KIND_NAMES]],
+        )
+        exec_gate = sch + al - 1
+        o_b = wires(
+            c, "o_b", Bits(self.bb), [[[exec_gate + self.next_b.ch(i) - 1] for i in range(self.bb)]]
+        )
+        o_w = wires(
+            c, "o_w", Bits(self.wb), [[[exec_gate + self.next_w.ch(i) - 1] for i in range(self.wb)]]
+        )
+        o_mask = wires(
+            c,
+            "o_mask",
+            Bits(LANES),
+            [[[exec_gate + self.next_mask.ch(i) - 1] for i in range(LANES)]],
+        )
+        o_cta = wires(
+            c, "o_cta", Bits(4), [[[sch - al + mc + self.next_cta.ch(i) - 2] for i in range(4)]]
+        )
+        o_pv = wires(
+            c, "o_pv", Bits(LANES), [[[g("pred") + self.res_p.ch(i) - 1] for i in range(LANES)]]
+        )
+        o_pw = wires(c, "o_pw", Bits(LANES), [[[g("pred") + E.ch(i) - 1] for i in range(LANES)]])
+        o_lane = wires(
+            c,
+            "o_lane",
+            OneHot(LANES, allow_none=True),
+            [
+                [
+                    [g("atom.first") + efirst.ch(i) - 1, g("atom.next") + natom.ch(i) - 1]
+                    for i in range(LANES)
+                ]
+            ],
+        )
+        o_addr = wires(
+            c,
+            "o_addr",
+            Bits(ADDR_BITS),
+            [[[g("maddr") + self.atb_addr.ch(i) - 1] for i in range(ADDR_BITS)]],
+        )
+        o_sel, o_k, o_n, o_v = wsel, k_out, n_out, v_out
+        self.outputs = [
+            o_kind,
+            o_b,
+            o_w,
+            o_mask,
+            o_sel,
+            o_k,
+            o_n,
+            o_v,
+            o_pv,
+            o_pw,
+            o_addr,
+            o_lane,
+            o_cta,
+        ]
+        c.output(*self.outputs)
+
+    def _build(self) -> None:
+        self._inputs()
+        self._front_end()
+        self._rom()
+        self._files()
+        self._alu()
+        self._memory_unit()
+        self._terminator()
+        self._scheduler()
+        self._results()
+        self._next_token()
+
+
+def build_machine(spec: MachineSpec) -> MachineCircuit:
+    return MachineCircuit(spec)

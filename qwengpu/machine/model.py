@@ -1,0 +1,212 @@
+"""The compiled machine as model weights: circuit layers, the output amplifier, the
+circuit tokens' embedding and output rows, and an in-memory HF model for launches.
+
+The circuit's last fields (o_kind, o_b, ...) are the code of the next token. The last
+circuit layer's (otherwise empty) MLP amplifies them to +-OUTPUT_LEVEL, far above what
+the base model's own layers add, and each circuit token's output row scores agreement
+with its code: row = (2 code - 1) / (1 + final norm weight) on the code dims. The right
+token wins by 2 * OUTPUT_ROW_GAIN * OUTPUT_LEVEL / rms per agreeing channel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from qwengpu.circuit import CompiledCircuit, Geometry, compile_circuit
+from qwengpu.circuit.encodings import OneHot
+from qwengpu.circuit.numerics import LOGIC_GAIN
+from qwengpu.errors import CircuitError
+from qwengpu.isa.spec import MachineSpec
+from qwengpu.machine.circuit import MachineCircuit
+from qwengpu.machine.tokens import Token, Vocabulary
+
+OUTPUT_LEVEL = 2.0**16
+"""The amplified code: +-2^16 per channel. The base's layers add O(1..100) per dim on
+circuit tokens, and 2^16 stays far below the anchors (2^23), so the norm is unchanged."""
+
+OUTPUT_ROW_GAIN = 2.0**6
+"""Scale of the circuit tokens' output rows: sets the logit margin of the right token."""
+
+MACHINE_SPEC = MachineSpec(block_size=1, loads_per_block=1, rom_blocks=64)
+"""The machine the circuit implements: one instruction per block (one pass), 64 blocks."""
+
+
+@dataclass
+class CompiledMachine:
+    """A machine circuit compiled for one geometry (and muted against one text matrix)."""
+
+    machine: MachineCircuit
+    compiled: CompiledCircuit
+
+    @property
+    def spec(self) -> MachineSpec:
+        return self.machine.spec
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.machine.vocab
+
+    @property
+    def geometry(self) -> Geometry:
+        return self.compiled.geometry
+
+    @property
+    def layer_types(self) -> list[str]:
+        return self.compiled.layer_types
+
+    @cached_property
+    def code_dims(self) -> list[int]:
+        """Residual dims of the output code, in output-field order."""
+        dims: list[int] = []
+        for f in self.machine.outputs:
+            dims += list(self.compiled.schedule.dims[f.name])
+        return dims
+
+    def _code(self, values: dict[str, int]) -> np.ndarray:
+        chans = []
+        for f in self.machine.outputs:
+            default = -1 if isinstance(f.encoding, OneHot) else 0
+            chans += f.encoding.encode(values.get(f.name, default))
+        return np.array(chans, dtype=np.float64)
+
+    def token_embeddings(self) -> np.ndarray:
+        """[tokens, hidden] input rows of every circuit token."""
+        inputs = {f.name: f for f in self.compiled.circuit.inputs}
+        n = len(self.vocab)
+        values: dict[str, np.ndarray] = {}
+        for name, f in inputs.items():
+            default = -1 if isinstance(f.encoding, OneHot) else 0
+            values[name] = np.full(n, default, dtype=np.int64)
+        for i, t in enumerate(self.vocab.tokens):
+            for name, v in self.vocab.input_values(t).items():
+                values[name][i] = v
+        return self.compiled.embed(values, shape=(n,))
+
+    def output_rows(self, final_norm_scale: np.ndarray) -> np.ndarray:
+        """[tokens, hidden] output (lm_head) rows; zero for host-only tokens.
+        final_norm_scale: the base's final RMSNorm multiplier (1 + weight) per dim."""
+        scale = np.asarray(final_norm_scale, dtype=np.float64)[self.code_dims]
+        if np.any(np.abs(scale) < 1e-3):
+            raise CircuitError("the final norm scales a code dim to ~0: the argmax can't see it")
+        rows = np.zeros((len(self.vocab), self.geometry.hidden))
+        for i, t in enumerate(self.vocab.tokens):
+            code = self.vocab.output_values(t)
+            if code is not None:
+                rows[i, self.code_dims] = (2 * self._code(code) - 1) / scale * OUTPUT_ROW_GAIN
+        return rows
+
+    def decode_code(self, residual: np.ndarray) -> Token | None:
+        """The token the circuit chose, from a residual after the circuit (for tests)."""
+        values = {f.name: int(self.compiled.decode(residual, f)[0]) for f in self.machine.outputs}
+        for t in self.vocab.tokens:
+            code = self.vocab.output_values(t)
+            if code is not None and all(
+                values[f.name] == code.get(f.name, -1 if isinstance(f.encoding, OneHot) else 0)
+                for f in self.machine.outputs
+            ):
+                return t
+        return None
+
+    def state_dicts(self, dtype: Any = None) -> list[dict]:
+        """Circuit layer state dicts, the last layer's MLP carrying the output amplifier."""
+        sds = self.compiled.state_dicts(dtype)
+        last = self.compiled.layers[-1]
+        if last.neurons:
+            raise CircuitError(
+                "the machine's last layer has MLP neurons; no room for the amplifier"
+            )
+        sds[-1].update(self._amplifier(sds[-1]))
+        return sds
+
+    def _amplifier(self, sd: dict) -> dict:
+        """MLP units x -> x + 2 L x - L on every code channel (L = OUTPUT_LEVEL): one unit
+        per channel (gate K x, exact for x in {0, 1}), one bias unit for -L."""
+        import torch
+
+        g = self.geometry
+        sched = self.compiled.schedule
+        anchors = list(sched.anchors.dims)
+        s = sched.anchors.norm_shift  # RMSNorm multiplies by exactly 2^-s
+        unit = sched.anchors.unit  # an anchor reads this after the norm
+        dtype = sd["mlp.gate_proj.weight"].dtype
+        gate = np.zeros((g.intermediate, g.hidden))
+        up = np.zeros((g.intermediate, g.hidden))
+        down = np.zeros((g.hidden, g.intermediate))
+        mute = self.compiled.mute.vector(g.hidden) if self.compiled.mute is not None else 0
+        k = LOGIC_GAIN
+        for j, d in enumerate(self.code_dims):
+            gate[j, d] = k * 2.0**s
+            up[j, anchors[0]] = 1.0 / unit
+            down[d, j] = 2 * OUTPUT_LEVEL / k
+        bias = len(self.code_dims)
+        gate[bias, anchors[0]] = k / unit
+        up[bias, anchors[0]] = 1.0 / unit
+        down[self.code_dims, bias] = -OUTPUT_LEVEL / k
+        gate[: bias + 1] += mute
+        return {
+            "mlp.gate_proj.weight": torch.tensor(gate, dtype=dtype),
+            "mlp.up_proj.weight": torch.tensor(up, dtype=dtype),
+            "mlp.down_proj.weight": torch.tensor(down, dtype=dtype),
+        }
+
+
+def compile_machine(
+    geometry: Geometry,
+    spec: MachineSpec = MACHINE_SPEC,
+    embedding: np.ndarray | None = None,
+    mute_rows: np.ndarray | None = None,
+) -> CompiledMachine:
+    """Build and compile the machine circuit for a geometry (muted for `embedding`)."""
+    machine = MachineCircuit(spec)
+    compiled = compile_circuit(machine.c, geometry, embedding=embedding, mute_rows=mute_rows)
+    return CompiledMachine(machine, compiled)
+
+
+def build_launch_model(
+    machine: CompiledMachine,
+    text_embedding: np.ndarray,
+    base_layers: int = 4,
+    dtype: Any = None,
+    seed: int = 0,
+    final_norm_weight: np.ndarray | None = None,
+):
+    """An in-memory Qwen3_5ForCausalLM: the machine's layers, then `base_layers` random
+    base layers (HF's initialisation: realistic scale), the text rows followed by the
+    circuit tokens in the embedding and an untied lm_head. Returns (model, token offset)."""
+    import torch
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
+
+    dtype = dtype or torch.float32
+    if dtype is torch.float16:
+        raise CircuitError("float16 is not supported (anchors of 2^23 overflow it)")
+    g = machine.geometry
+    base_types = [
+        "full_attention" if (i + 1) % g.full_attention_interval == 0 else "linear_attention"
+        for i in range(base_layers)
+    ]
+    types = machine.layer_types + base_types
+    n_text = int(text_embedding.shape[0])
+    vocab = n_text + len(machine.vocab)
+    config = g.text_config(types, vocab_size=vocab)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(config).to(dtype).eval()
+    n_circ = len(machine.layer_types)
+    norm_w = (
+        np.zeros(g.hidden) if final_norm_weight is None else np.asarray(final_norm_weight, float)
+    )
+    with torch.no_grad():
+        for i, sd in enumerate(machine.state_dicts(dtype)):
+            model.model.layers[i].load_state_dict(sd, strict=True)
+        emb = np.concatenate([np.asarray(text_embedding, float), machine.token_embeddings()])
+        model.model.embed_tokens.weight.copy_(torch.tensor(emb).to(dtype))
+        head = np.concatenate(
+            [np.asarray(text_embedding, float), machine.output_rows(1.0 + norm_w)]
+        )
+        model.lm_head.weight.copy_(torch.tensor(head).to(dtype))
+        model.model.norm.weight.copy_(torch.tensor(norm_w).to(dtype))
+    del n_circ
+    return model, n_text

@@ -1,0 +1,219 @@
+"""The program ROM image: how one machine block is laid out in ROM bytes.
+
+The circuit stores each block as `ROM_BYTES` bytes, one DeltaNet memory per byte (rows =
+blocks), because a load token carries one byte and a memory write replaces a whole row.
+This module is the one place that knows the bit layout; the circuit decodes the same
+fields (`RomLayout.field_bits`) and the host encodes programs with `encode_block`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qwengpu.errors import QgpuError
+from qwengpu.isa.instr import (
+    AtomOp,
+    Block,
+    Cond,
+    Instr,
+    Op,
+    Special,
+    TermKind,
+)
+from qwengpu.isa.spec import WORD_MASK, MachineSpec
+
+OPCODES: tuple[Op | None, ...] = (None, *Op)
+"""ROM opcode numbers: 0 is "no instruction" (a block that only terminates)."""
+
+TERM_KINDS: tuple[TermKind, ...] = tuple(TermKind)
+
+
+class MachineUnsupported(QgpuError):
+    """A program uses something the machine circuit does not implement (yet)."""
+
+
+# What the machine circuit implements. The interpreter implements all of docs/isa.md; a
+# program outside this set is refused before a launch with the instruction and PTX line.
+SUPPORTED_OPS = frozenset(
+    {
+        Op.ADD,
+        Op.SUB,
+        Op.MUL,
+        Op.AND,
+        Op.OR,
+        Op.XOR,
+        Op.SHL,
+        Op.SHR,
+        Op.SRA,
+        Op.SETP,
+        Op.SEL,
+        Op.S2R,
+        Op.LD,
+        Op.ST,
+        Op.ATOM,
+    }
+)
+SUPPORTED_ATOMS = (
+    AtomOp.ADD,
+    AtomOp.EXCH,
+    AtomOp.AND,
+    AtomOp.OR,
+    AtomOp.XOR,
+    AtomOp.MIN,
+    AtomOp.MAX,
+    AtomOp.MINU,
+    AtomOp.MAXU,
+)
+SUPPORTED_SPECIALS = (
+    Special.TID_X,
+    Special.NTID_X,
+    Special.CTAID_X,
+    Special.NCTAID_X,
+    Special.LANEID,
+    Special.WARPID,
+)
+
+
+def mode_index(instr: Instr) -> int:
+    """The instruction's mode as a small number: its position in its enum."""
+    if instr.mode is None:
+        return 0
+    return list(type(instr.mode)).index(instr.mode)
+
+
+@dataclass(frozen=True)
+class RomLayout:
+    """Bit fields of one ROM row (a block of one instruction plus its terminator)."""
+
+    spec: MachineSpec
+
+    @property
+    def block_bits(self) -> int:
+        return max(1, (self.spec.rom_blocks - 1).bit_length())
+
+    @property
+    def reg_bits(self) -> int:
+        return max(1, (self.spec.registers - 1).bit_length())
+
+    @property
+    def pred_bits(self) -> int:
+        return max(1, (self.spec.predicates - 1).bit_length())
+
+    @property
+    def fields(self) -> tuple[tuple[str, int], ...]:
+        r, p, b = self.reg_bits, self.pred_bits, self.block_bits
+        return (
+            ("op", max(1, (len(OPCODES) - 1).bit_length())),
+            ("mode", 4),
+            ("rd", r),
+            ("a", r),
+            ("b", r),
+            ("b_is_imm", 1),
+            ("bimm", 32),
+            ("imm", 32),
+            ("pd", p),
+            ("pa", p),
+            ("neg_a", 1),
+            ("has_guard", 1),
+            ("guard", p),
+            ("guard_neg", 1),
+            ("wb", 1),
+            ("term", max(1, (len(TERM_KINDS) - 1).bit_length())),
+            ("target", b),
+            ("other", b),
+            ("term_pred", p),
+            ("term_neg", 1),
+        )
+
+    @property
+    def total_bits(self) -> int:
+        return sum(w for _, w in self.fields)
+
+    @property
+    def rom_bytes(self) -> int:
+        return (self.total_bits + 7) // 8
+
+    def field_bits(self) -> dict[str, tuple[int, int]]:
+        """name -> (first bit, width) in the row."""
+        out, pos = {}, 0
+        for name, width in self.fields:
+            out[name] = (pos, width)
+            pos += width
+        return out
+
+    def encode(self, values: dict[str, int]) -> list[int]:
+        """Field values -> the row's bytes."""
+        row = 0
+        for name, (pos, width) in self.field_bits().items():
+            v = values.get(name, 0)
+            if not 0 <= v < (1 << width):
+                raise MachineUnsupported(f"ROM field {name}={v} does not fit {width} bits")
+            row |= v << pos
+        return [(row >> (8 * k)) & 0xFF for k in range(self.rom_bytes)]
+
+
+def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
+    """Refuse, with the instruction and PTX line, what the machine circuit lacks."""
+    if len(block.instrs) > 1:
+        raise MachineUnsupported(
+            f"B{block_no}: {len(block.instrs)} instructions; the machine circuit runs one "
+            f"instruction per pass (lower with the machine's spec, block_size 1)"
+        )
+    if block.term.kind is TermKind.BARRIER:
+        raise MachineUnsupported(
+            f"B{block_no}: barrier (PTX line {block.term.src_line}): __syncthreads is not "
+            "implemented by the machine circuit yet"
+        )
+    for ins in block.instrs:
+        where = f"B{block_no}: '{ins}' (PTX line {ins.src_line})"
+        if ins.op not in SUPPORTED_OPS:
+            raise MachineUnsupported(f"{where}: {ins.op.value} is not in the machine circuit yet")
+        if ins.op is Op.ATOM and ins.mode not in SUPPORTED_ATOMS:
+            raise MachineUnsupported(f"{where}: atom.{ins.mode.value} is not implemented yet")
+        if ins.op is Op.ST and ins.mode is not None:
+            raise MachineUnsupported(f"{where}: narrow stores are not implemented yet")
+        if ins.op is Op.S2R and ins.mode not in SUPPORTED_SPECIALS:
+            raise MachineUnsupported(f"{where}: %{ins.mode.value} is not implemented yet")
+        if ins.op is Op.SETP and not isinstance(ins.mode, Cond):
+            raise MachineUnsupported(f"{where}: setp without a condition")
+        if ins.c or ins.c_imm is not None:
+            raise MachineUnsupported(f"{where}: a c operand is not implemented yet")
+
+
+def live_outs(blocks: tuple[Block, ...]) -> list[set[int]]:
+    """Registers live on exit of each block (backward dataflow over the CFG)."""
+    live_in: list[set[int]] = [set() for _ in blocks]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(blocks))):
+            b = blocks[i]
+            out: set[int] = set().union(*(live_in[s] for s in b.term.successors()))
+            new_in = set(b.registers_read()) | (out - set(b.registers_written()))
+            if new_in != live_in[i]:
+                live_in[i] = new_in
+                changed = True
+    return [set().union(*(live_in[s] for s in b.term.successors())) for b in blocks]
+
+
+def encode_block(layout: RomLayout, block: Block, live_out: set[int]) -> list[int]:
+    """One block's ROM bytes."""
+    v: dict[str, int] = {}
+    t = block.term
+    v["term"] = TERM_KINDS.index(t.kind)
+    v["target"], v["other"] = t.target, t.other
+    v["term_pred"], v["term_neg"] = t.pred, int(t.neg)
+    if block.instrs:
+        (ins,) = block.instrs
+        v["op"] = OPCODES.index(ins.op)
+        v["mode"] = mode_index(ins)
+        v["rd"], v["a"], v["b"] = ins.rd, ins.a, ins.b
+        if ins.b_imm is not None:
+            v["b_is_imm"], v["bimm"] = 1, ins.b_imm & WORD_MASK
+        v["imm"] = ins.imm & WORD_MASK
+        v["pd"] = ins.pd or 0
+        v["pa"], v["neg_a"] = ins.pa, int(ins.neg_a)
+        if ins.guard is not None:
+            v["has_guard"], v["guard"], v["guard_neg"] = 1, ins.guard, int(ins.guard_neg)
+        v["wb"] = int(ins.rd != 0 and ins.rd in live_out)
+    return layout.encode(v)

@@ -1,0 +1,195 @@
+"""The launch token vocabulary: every circuit token, its input fields and its output code.
+
+A token is a kind plus a payload (docs/protocol.md). Its embedding sets the circuit's input
+fields (`input_values`); when the circuit wants the model to emit it, the circuit's output
+fields hold its code (`output_values`), and its output row scores that code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from qwengpu.isa.spec import MachineSpec
+from qwengpu.machine.rom import RomLayout
+
+LANES = 4  # the token formats below spell out 4 lanes (MachineSpec.lanes must be 4)
+ALL_LANES = LANES  # write selector "every active lane" (the uniform write-back)
+WORD_BYTES = 4
+ADDR_BITS = 7  # memory word index (memory_words <= 127)
+
+# kind: (payload names) ; see docs/protocol.md
+KINDS: dict[str, tuple[str, ...]] = {
+    "EXEC": ("b", "w", "mask"),  # run block b for warp w, lanes in mask
+    "BREG": ("sel", "k", "v"),  # byte k of a register write-back (lane sel, 4 = all)
+    "FREG": ("sel", "n", "v"),  # last byte (the n-th) of a register write-back: commits it
+    "BAMEM": ("k", "v"),  # byte k of the word an atomic/store writes to memory
+    "FAMEM": ("n", "v"),  # last byte: commits memory[MADDR] (also the host's memory load)
+    "BAREG": ("k", "v"),  # byte k of the old value an atomic returns
+    "FAREG": ("n", "v"),  # last byte: commits it to the atomic lane's rd
+    "PRED": ("pv", "pw"),  # predicate write-back: values, lanes written
+    "MADDR": ("addr",),  # memory word that the next FAMEM writes
+    "ROMSEL": ("romb",),  # ROM block that the next ROMBYTE tokens write (host only)
+    "ROMBYTE": ("romk", "v"),  # byte romk of that block's ROM row (host only)
+    "ATOM": ("lane",),  # run the block's memory write for one lane
+    "CTA": ("cta",),  # start CTA number cta (CTA 0 is the launch's start token)
+    "LAUNCH": ("ntid", "nctaid"),  # launch geometry (host only)
+    "END": (),  # the launch is over
+}
+KIND_NAMES = tuple(KINDS)
+HOST_ONLY = frozenset({"ROMSEL", "ROMBYTE", "LAUNCH"})
+BYTE_KINDS = ("BREG", "BAMEM", "BAREG")
+MAX_NTID = 16
+MAX_CTAS = 16
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str
+    payload: tuple[tuple[str, int], ...] = ()
+
+    def get(self, name: str, default: int = 0) -> int:
+        return dict(self.payload).get(name, default)
+
+    def __str__(self) -> str:
+        args = ",".join(f"{k}={v}" for k, v in self.payload)
+        return f"{self.kind}({args})"
+
+
+def token(kind: str, **payload: int) -> Token:
+    names = KINDS[kind]
+    if set(payload) != set(names):
+        raise ValueError(f"{kind} takes {names}, got {sorted(payload)}")
+    return Token(kind, tuple((n, payload[n]) for n in names))
+
+
+@dataclass
+class Vocabulary:
+    """All circuit tokens for a MachineSpec, in a fixed order (id = offset + index)."""
+
+    spec: MachineSpec
+    tokens: list[Token] = field(default_factory=list)
+    index: dict[Token, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.spec.lanes != LANES:
+            raise ValueError(
+                f"the token formats spell out {LANES} lanes, spec has {self.spec.lanes}"
+            )
+        if self.spec.memory_words >= 1 << ADDR_BITS:
+            raise ValueError(f"memory_words must be below {1 << ADDR_BITS}")
+        self.tokens = list(self._enumerate())
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    @property
+    def layout(self) -> RomLayout:
+        return RomLayout(self.spec)
+
+    @property
+    def warp_bits(self) -> int:
+        return max(1, (self.spec.warps - 1).bit_length())
+
+    def _enumerate(self) -> Iterator[Token]:
+        s = self.spec
+        for b in range(s.rom_blocks):
+            for w in range(s.warps):
+                for mask in range(1, 1 << LANES):
+                    yield token("EXEC", b=b, w=w, mask=mask)
+        for sel in range(LANES + 1):
+            for k in range(WORD_BYTES - 1):
+                for v in range(256):
+                    yield token("BREG", sel=sel, k=k, v=v)
+            for n in range(1, WORD_BYTES + 1):
+                for v in range(256):
+                    yield token("FREG", sel=sel, n=n, v=v)
+        for kind in ("BAMEM", "BAREG"):
+            for k in range(WORD_BYTES - 1):
+                for v in range(256):
+                    yield token(kind, k=k, v=v)
+        for kind in ("FAMEM", "FAREG"):
+            for n in range(1, WORD_BYTES + 1):
+                for v in range(256):
+                    yield token(kind, n=n, v=v)
+        for pw in range(1, 1 << LANES):
+            for pv in range(1 << LANES):
+                if pv & ~pw == 0:
+                    yield token("PRED", pv=pv, pw=pw)
+        for addr in range(s.memory_words):
+            yield token("MADDR", addr=addr)
+        for b in range(s.rom_blocks):
+            yield token("ROMSEL", romb=b)
+        for k in range(self.layout.rom_bytes):
+            for v in range(256):
+                yield token("ROMBYTE", romk=k, v=v)
+        for lane in range(LANES):
+            yield token("ATOM", lane=lane)
+        for cta in range(min(s.max_grid_ctas, MAX_CTAS)):
+            yield token("CTA", cta=cta)
+        for ntid in range(1, min(s.threads_per_cta, MAX_NTID) + 1):
+            for nctaid in range(1, min(s.max_grid_ctas, MAX_CTAS) + 1):
+                yield token("LAUNCH", ntid=ntid, nctaid=nctaid)
+        yield token("END")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    # -- what the circuit sees -----------------------------------------------------------------
+    def input_values(self, t: Token) -> dict[str, int | list[int]]:
+        """The circuit input fields this token's embedding sets (others are 0)."""
+        v: dict[str, int | list[int]] = {f"is_{t.kind.lower()}": 1}
+        p = dict(t.payload)
+        if t.kind == "EXEC":
+            v.update(t_b=p["b"], t_w=p["w"], t_mask=p["mask"])
+        if "v" in p:
+            v["t_v"] = p["v"]
+        if "sel" in p:
+            v["t_sel"] = p["sel"]
+        if "k" in p:
+            v["t_k"] = p["k"]
+            v[f"stg_we{p['k']}"] = 1
+        if "n" in p:
+            v["t_n"] = p["n"] - 1
+        if t.kind == "PRED":
+            for lane in range(LANES):
+                v[f"pv{lane}"] = (p["pv"] >> lane) & 1
+                v[f"pw{lane}"] = (p["pw"] >> lane) & 1
+        if t.kind == "MADDR":
+            v["t_addr"] = p["addr"]
+        if t.kind == "ROMSEL":
+            v["t_romb"] = p["romb"]
+        if t.kind == "ROMBYTE":
+            v[f"rom_we{p['romk']}"] = 1
+        if t.kind == "ATOM":
+            v["t_lane"] = p["lane"]
+        if t.kind == "CTA":
+            v["t_cta"] = p["cta"]
+        if t.kind == "LAUNCH":
+            v.update(t_ntid=p["ntid"], t_nctaid=p["nctaid"])
+        return v
+
+    def output_values(self, t: Token) -> dict[str, int] | None:
+        """The code the circuit's output fields hold when it emits this token (None for
+        tokens only the host sends)."""
+        if t.kind in HOST_ONLY:
+            return None
+        p = dict(t.payload)
+        out = {"o_kind": KIND_NAMES.index(t.kind)}
+        if t.kind == "EXEC":
+            out.update(o_b=p["b"], o_w=p["w"], o_mask=p["mask"])
+        if "sel" in p:
+            out["o_sel"] = p["sel"]
+        if "k" in p:
+            out["o_k"] = p["k"]
+        if "n" in p:
+            out["o_n"] = p["n"] - 1
+        if "v" in p:
+            out["o_v"] = p["v"]
+        if t.kind == "PRED":
+            out.update(o_pv=p["pv"], o_pw=p["pw"])
+        if t.kind == "MADDR":
+            out["o_addr"] = p["addr"]
+        if t.kind == "ATOM":
+            out["o_lane"] = p["lane"]
+        if t.kind == "CTA":
+            out["o_cta"] = p["cta"]
+        return out
