@@ -1,4 +1,9 @@
-"""Qwen3.5 decoder-layer geometries, and the residual anchor scheme each one implies."""
+"""Qwen3.5 decoder-layer geometries, and the residual anchor scheme each one implies.
+
+The one place the published Qwen3.5 shapes (Qwen/Qwen3.5-0.8B, -2B, -4B) are written
+down: the checkpoint builder's synthetic bases (qwengpu/model/geometry.py) derive their
+configs from these `Geometry` values.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,25 @@ if TYPE_CHECKING:
 
 LINEAR = "linear_attention"
 FULL = "full_attention"
+
+QWEN35_VOCAB_ROWS = 248320
+"""Embedding rows of every published Qwen3.5 (the tokenizer has 248,077; the rest is padding)."""
+
+FULL_ATTENTION_INTERVAL = 4
+"""Qwen3.5 puts a full-attention layer after every 3 Gated DeltaNet layers."""
+
+ROPE_THETA = 10_000_000.0
+PARTIAL_ROTARY_FACTOR = 0.25  # rotary on the first quarter of each 256-dim attention head
+
+
+def base_layer_type(index: int, interval: int = FULL_ATTENTION_INTERVAL) -> str:
+    """Qwen3.5's pattern: every `interval`-th layer is full attention, the rest DeltaNet."""
+    return FULL if index % interval == interval - 1 else LINEAR
+
+
+def layer_types(count: int, interval: int = FULL_ATTENTION_INTERVAL) -> list[str]:
+    """The types of a stack of `count` layers in Qwen3.5's pattern."""
+    return [base_layer_type(i, interval) for i in range(count)]
 
 
 @dataclass(frozen=True)
@@ -53,9 +77,9 @@ class Geometry:
     linear_key_dim: int = 128
     linear_value_dim: int = 128
     conv_kernel: int = 4
-    full_attention_interval: int = 4
+    full_attention_interval: int = FULL_ATTENTION_INTERVAL
     rms_norm_eps: float = 1e-6
-    vocab_size: int = 248320
+    vocab_size: int = QWEN35_VOCAB_ROWS
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -92,11 +116,7 @@ class Geometry:
 
     def layer_type(self, index: int, keep_base_pattern: bool = True) -> str:
         """Layer `index` of the circuit stack: every 4th is full attention (base pattern)."""
-        if keep_base_pattern and index % self.full_attention_interval == (
-            self.full_attention_interval - 1
-        ):
-            return FULL
-        return LINEAR
+        return base_layer_type(index, self.full_attention_interval) if keep_base_pattern else LINEAR
 
     def anchor_scheme(self) -> AnchorScheme:
         t = 0
@@ -140,8 +160,8 @@ class Geometry:
             max_position_embeddings=32768,
             rope_parameters={
                 "rope_type": "default",
-                "rope_theta": 10000000.0,
-                "partial_rotary_factor": 0.25,
+                "rope_theta": ROPE_THETA,
+                "partial_rotary_factor": PARTIAL_ROTARY_FACTOR,
             },
         )
         kwargs.update(overrides)
@@ -213,7 +233,8 @@ def geometry_from_config(config: Any, name: str = "custom") -> Geometry:
         linear_key_dim=config.linear_key_head_dim,
         linear_value_dim=config.linear_value_head_dim,
         conv_kernel=config.linear_conv_kernel_dim,
-        full_attention_interval=getattr(config, "full_attention_interval", 4) or 4,
+        full_attention_interval=getattr(config, "full_attention_interval", None)
+        or FULL_ATTENTION_INTERVAL,
         rms_norm_eps=config.rms_norm_eps,
         vocab_size=config.vocab_size,
     )

@@ -11,6 +11,8 @@ state untouched. Text rows do not change through the circuit layers, so x_hat of
 token is the same in every circuit layer and one check over the embedding matrix covers
 them all.
 
+`separating_direction` is the one search for such a w (the min-norm-point problem, by
+Gilbert's algorithm); the checkpoint builder (qwengpu/model/muting.py) uses it too.
 `find_mute_direction` derives w from the actual matrix; `mute_layers` picks m and checks,
 for every row, a bound on the circuit part of every gate: |row_C . x_hat_C| <=
 ||row_C|| ||x_hat_C||, plus float rounding, so the check is exact, not sampled.
@@ -28,14 +30,20 @@ from qwengpu.circuit.numerics import MUTE_GATE_MAX
 from qwengpu.circuit.schedule import Schedule
 from qwengpu.errors import CircuitError
 
-REFINE_STEPS = 200
-"""Subgradient steps that push the direction away from its worst rows."""
-
-REFINE_WORST_FRACTION = 0.002
-"""Fraction of rows (the lowest margins) each refinement step moves away from."""
-
 ROUNDING_SLACK = 2.0**-6
 """Relative allowance for float rounding in the gate matmuls (bf16 outputs round at 2^-9)."""
+
+ROW_CHUNK = 16384
+"""Rows per block wherever a whole embedding matrix is walked."""
+
+SEARCH_ITERATIONS = 2000
+"""Gilbert steps `separating_direction` takes at most."""
+
+SEARCH_TOLERANCE = 0.02
+"""`separating_direction` stops once its margin is within this fraction of the best."""
+
+ACTIVE_ROWS = 4096
+"""Rows (the lowest along the current direction) each pass of the search adds."""
 
 
 class MuteError(CircuitError):
@@ -77,22 +85,27 @@ class MuteReport:
         )
 
 
-ROW_CHUNK = 16384
+def rms_normalize(rows, eps: float):
+    """x_hat in float32, by Qwen3_5RMSNorm's own formula before its weight:
+    x * rsqrt(mean(x^2) + eps) on x = rows in float32. The norm multiplies this by
+    (1 + weight) and rounds to the input dtype; with weight 0 that is just the rounding."""
+    import torch
+
+    x = torch.as_tensor(rows).to(torch.float32)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
 def normalised_rows(embedding, eps: float, chunk: int = ROW_CHUNK) -> np.ndarray:
     """x_hat of every row exactly as Qwen3.5's RMSNorm (weight 0) computes it, in the
     embedding's dtype, returned as float32 (which holds bf16 and fp32 values exactly)."""
     import torch
-    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5RMSNorm
 
-    emb = embedding if isinstance(embedding, torch.Tensor) else torch.tensor(embedding)
-    norm = Qwen3_5RMSNorm(emb.shape[1], eps=eps).to(emb.dtype)
-    out = []
-    with torch.no_grad():
-        for start in range(0, emb.shape[0], chunk):
-            out.append(norm(emb[start : start + chunk]).float().numpy())
-    return np.concatenate(out)
+    emb = torch.as_tensor(embedding)
+    out = np.empty(emb.shape, dtype=np.float32)
+    for start in range(0, emb.shape[0], chunk):
+        block = emb[start : start + chunk]
+        out[start : start + chunk] = rms_normalize(block, eps).to(emb.dtype).float().numpy()
+    return out
 
 
 def _row_map(x_hat: np.ndarray, rows: np.ndarray, dims: np.ndarray, fn) -> np.ndarray:
@@ -104,33 +117,113 @@ def _row_map(x_hat: np.ndarray, rows: np.ndarray, dims: np.ndarray, fn) -> np.nd
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+@dataclass(frozen=True)
+class Separation:
+    """What `separating_direction` found: a unit u with points . u >= margin for every
+    point (u is None when the search collapsed onto the origin), and an upper bound on the
+    best margin any unit direction achieves."""
+
+    direction: object  # torch.Tensor (d,) float32, unit norm, or None
+    margin: float
+    upper: float
+
+    @property
+    def gap(self) -> float:
+        """How far the margin may be from the best one (0: provably optimal)."""
+        return max(0.0, self.upper - self.margin)
+
+
+def separating_direction(
+    points,
+    iterations: int = SEARCH_ITERATIONS,
+    tolerance: float = SEARCH_TOLERANCE,
+) -> Separation:
+    """The unit u that maximises min_i points_i . u (the min-norm-point problem).
+
+    The best u is the point of the rows' convex hull nearest the origin, normalised; if the
+    hull holds the origin no direction separates and the margin stays <= 0. Gilbert's
+    algorithm walks u inside the hull towards that point: |u| bounds the best margin from
+    above, min_i points_i . u / |u| is the margin u achieves. Most rows are far from the
+    separating plane, so the walk runs on an active set of the rows lowest along u, and a
+    pass over all rows (one float32 matrix-vector product, no copy of `points`) adds the
+    rows that got low. `points`: (rows, d) float32, a torch tensor or numpy array (a
+    strided view is fine).
+    """
+    import torch
+
+    points = torch.as_tensor(points)
+    if points.dtype != torch.float32:
+        points = points.to(torch.float32)
+    rows = points.shape[0]
+    total = torch.zeros(points.shape[1], dtype=torch.float64)
+    for start in range(0, rows, ROW_CHUNK):
+        total += points[start : start + ROW_CHUNK].sum(0, dtype=torch.float64)
+    u = (total / max(rows, 1)).to(torch.float32)
+    best_u, best_margin, upper = None, -float("inf"), float("inf")
+    active = torch.zeros(0, dtype=torch.long)
+    steps = 0
+    while steps < iterations:
+        norm = float(u.norm())
+        if norm == 0.0:
+            break
+        upper = min(upper, norm)
+        projections = points @ u
+        margin = float(projections.min()) / norm
+        if margin > best_margin:
+            best_margin, best_u = margin, u / norm
+        if upper - best_margin <= tolerance * upper:
+            break
+        lowest = projections.topk(min(rows, ACTIVE_ROWS), largest=False).indices
+        active = torch.unique(torch.cat([active, lowest]))
+        subset = points[active]
+        for _ in range(200):  # Gilbert steps on the active rows
+            steps += 1
+            sub = subset @ u
+            nearest = int(sub.argmin())
+            step = u - subset[nearest]
+            denom = float(step.dot(step))
+            if denom == 0.0:
+                break
+            gamma = min(max(float(u.dot(step)) / denom, 0.0), 1.0)
+            u = u - gamma * step
+            norm = float(u.norm())
+            if norm == 0.0 or float(sub[nearest]) / norm >= (1 - tolerance / 2) * norm:
+                break
+    return Separation(best_u, best_margin, upper)
+
+
+def _block(x_hat: np.ndarray, rows: np.ndarray, dims: np.ndarray) -> np.ndarray:
+    """x_hat[rows][:, dims]: a view when both are contiguous ranges, else a copy."""
+
+    def span(index: np.ndarray) -> slice | None:
+        if len(index) and np.array_equal(index, np.arange(index[0], index[0] + len(index))):
+            return slice(int(index[0]), int(index[0]) + len(index))
+        return None
+
+    r, d = span(rows), span(dims)
+    if r is not None and d is not None:
+        return x_hat[r, d]
+    return x_hat[np.ix_(rows, dims)]
+
+
 def find_mute_direction(
     x_hat: np.ndarray, mute_dims: Sequence[int], rows: np.ndarray | None = None
 ) -> MuteDirection:
-    """A unit direction on `mute_dims` that maximises the smallest margin -w . x_hat over
-    the rows: start from minus the mean, then push away from the worst rows."""
+    """The unit direction on `mute_dims` that maximises the smallest margin -w . x_hat over
+    the rows (`separating_direction` on the rows, negated)."""
     dims = np.asarray(mute_dims, dtype=np.int64)
     rows = np.arange(x_hat.shape[0]) if rows is None else np.asarray(rows)
     if len(dims) == 0:
         raise MuteError("no mute dims: the circuit uses every residual dim")
-    xm = x_hat[np.ix_(rows, dims)]
-    w = -xm.mean(axis=0, dtype=np.float64)
-    if not np.any(w):
-        raise MuteError("the embedding rows have zero mean on the mute dims")
+    found = separating_direction(_block(x_hat, rows, dims))
+    if found.direction is None:
+        raise MuteError(
+            f"no muting direction: the embedding rows average to 0 on the {len(dims)} mute "
+            "dims, so no half-space holds them all"
+        )
+    w = -found.direction.double().numpy()
     w /= np.linalg.norm(w)
-    best_w, best = w, (-(xm @ w.astype(np.float32))).min()
-    k = max(1, int(len(rows) * REFINE_WORST_FRACTION))
-    step = 0.5
-    for it in range(REFINE_STEPS):
-        margins = -(xm @ w.astype(np.float32))
-        worst = np.argpartition(margins, k - 1)[:k]
-        grad = -xm[worst].mean(axis=0, dtype=np.float64)
-        w = w + step / (1 + it / 20) * grad / max(np.linalg.norm(grad), 1e-30)
-        w /= np.linalg.norm(w)
-        m = (-(xm @ w.astype(np.float32))).min()
-        if m > best:
-            best_w, best = w.copy(), m
-    margins = -_row_map(x_hat, rows, dims, lambda b: b @ best_w)
+    margins = -_row_map(x_hat, rows, dims, lambda b: b @ w)
     if margins.min() <= 0:
         worst = int(rows[int(np.argmin(margins))])
         raise MuteError(
@@ -139,7 +232,7 @@ def find_mute_direction(
             "embedding matrix has no half-space holding all its rows, so text tokens cannot "
             "be muted exactly (use more mute dims, or exclude unreachable rows)"
         )
-    return MuteDirection(dims, best_w, margins, rows)
+    return MuteDirection(dims, w, margins, rows)
 
 
 def _bf16(values: np.ndarray) -> np.ndarray:

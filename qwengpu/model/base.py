@@ -100,7 +100,7 @@ class BaseCheckpoint:
 
     @property
     def layer_types(self) -> list[str]:
-        from qwengpu.model.geometry import layer_types
+        from qwengpu.circuit.geometry import layer_types
 
         types = self.text_config.get("layer_types")
         interval = int(self.text_config.get("full_attention_interval", 4))

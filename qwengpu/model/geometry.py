@@ -1,27 +1,36 @@
-"""Qwen3.5 geometries: the real models' shapes, and a tiny one for fast tests.
+"""Full HF configs for the synthetic bases: the circuit geometries plus what a checkpoint adds.
 
-Figures from the published Qwen3.5 configs (Qwen/Qwen3.5-0.8B, -2B, -4B): every one is a
-vision-language checkpoint with a 248,320-row tied embedding, 3 Gated DeltaNet layers per
-full-attention layer, 128-dimensional DeltaNet heads, 256-dimensional attention heads with
-partial (25%) interleaved multimodal RoPE.
+The decoder-layer shapes of the real models come from `qwengpu.circuit.geometry` (the one
+source of truth); this module adds what only a whole checkpoint has: the layer count, the
+vision tower, the tokenizer's special ids and the multimodal RoPE sections. Every
+published Qwen3.5 is a vision-language checkpoint with a 248,320-row tied embedding, 3
+Gated DeltaNet layers per full-attention layer, 128-dimensional DeltaNet heads and
+256-dimensional attention heads with partial (25%) interleaved multimodal RoPE.
+
+`tiny` is a toy for fast builder tests (hidden 64, DeltaNet heads of 16) with the real
+vocabulary. It is not a circuit geometry: circuits need 128-dimensional DeltaNet heads,
+and the circuit compiler's own `TINY` is another, larger shape.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from qwengpu.circuit.geometry import (
+    FULL_ATTENTION_INTERVAL,
+    PARTIAL_ROTARY_FACTOR,
+    QWEN35_0_8B,
+    QWEN35_2B,
+    QWEN35_4B,
+    QWEN35_VOCAB_ROWS,
+    ROPE_THETA,
+    Geometry,
+    layer_types,
+)
 from qwengpu.errors import ModelError
 
-QWEN35_VOCAB_ROWS = 248320  # embedding rows (the tokenizer has 248,077; the rest is padding)
-FULL_ATTENTION_INTERVAL = 4
-
-
-def layer_types(num_layers: int, interval: int = FULL_ATTENTION_INTERVAL) -> list[str]:
-    """Qwen3.5's pattern: every `interval`-th layer is full attention, the rest DeltaNet."""
-    return [
-        "full_attention" if (i + 1) % interval == 0 else "linear_attention"
-        for i in range(num_layers)
-    ]
+EOS_TOKEN_ID = 248044
+MAX_POSITIONS = 262144  # the published configs' context length
 
 
 def _text(
@@ -33,13 +42,17 @@ def _text(
     k_heads: int,
     v_heads: int,
     *,
-    head_dim: int = 256,
-    linear_head_dim: int = 128,
+    head_dim: int,
+    linear_head_dim: int,
+    conv_kernel: int,
+    rms_norm_eps: float,
+    vocab_size: int = QWEN35_VOCAB_ROWS,
+    interval: int = FULL_ATTENTION_INTERVAL,
     mrope_section: tuple[int, int, int] = (11, 11, 10),
 ) -> dict[str, Any]:
     return {
         "model_type": "qwen3_5_text",
-        "vocab_size": QWEN35_VOCAB_ROWS,
+        "vocab_size": vocab_size,
         "hidden_size": hidden,
         "intermediate_size": intermediate,
         "num_hidden_layers": layers,
@@ -47,27 +60,47 @@ def _text(
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "hidden_act": "silu",
-        "max_position_embeddings": 262144,
-        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": rms_norm_eps,
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "linear_conv_kernel_dim": 4,
+        "linear_conv_kernel_dim": conv_kernel,
         "linear_key_head_dim": linear_head_dim,
         "linear_value_head_dim": linear_head_dim,
         "linear_num_key_heads": k_heads,
         "linear_num_value_heads": v_heads,
-        "layer_types": layer_types(layers),
+        "layer_types": layer_types(layers, interval),
         "tie_word_embeddings": True,
         "use_cache": True,
-        "eos_token_id": 248044,
+        "eos_token_id": EOS_TOKEN_ID,
         "rope_parameters": {
             "rope_type": "default",
-            "rope_theta": 10_000_000.0,
-            "partial_rotary_factor": 0.25,
+            "rope_theta": ROPE_THETA,
+            "partial_rotary_factor": PARTIAL_ROTARY_FACTOR,
             "mrope_section": list(mrope_section),
             "mrope_interleaved": True,
         },
     }
+
+
+def _text_of(g: Geometry, layers: int) -> dict[str, Any]:
+    """The text config of a published model: `g`'s decoder-layer shapes, `layers` deep
+    (circuit geometries have equal DeltaNet key and value head sizes, 128)."""
+    return _text(
+        g.hidden,
+        layers,
+        g.attention_heads,
+        g.kv_heads,
+        g.intermediate,
+        g.linear_key_heads,
+        g.linear_value_heads,
+        head_dim=g.head_dim,
+        linear_head_dim=g.linear_key_dim,
+        conv_kernel=g.conv_kernel,
+        rms_norm_eps=g.rms_norm_eps,
+        vocab_size=g.vocab_size,
+        interval=g.full_attention_interval,
+    )
 
 
 def _vision(depth: int, hidden: int, intermediate: int, heads: int, out: int, positions: int):
@@ -92,21 +125,32 @@ GEOMETRIES: dict[str, dict[str, dict[str, Any]]] = {
     # Fast tests: real vocabulary, toy widths (rotary dim 8 -> mrope sections sum to 4).
     "tiny": {
         "text": _text(
-            64, 4, 2, 1, 128, 2, 4, head_dim=32, linear_head_dim=16, mrope_section=(2, 1, 1)
+            64,
+            4,
+            2,
+            1,
+            128,
+            2,
+            4,
+            head_dim=32,
+            linear_head_dim=16,
+            conv_kernel=QWEN35_2B.conv_kernel,
+            rms_norm_eps=QWEN35_2B.rms_norm_eps,
+            mrope_section=(2, 1, 1),
         ),
         "vision": _vision(1, 32, 64, 2, 64, 64),
     },
     "0.8b": {
-        "text": _text(1024, 24, 8, 2, 3584, 16, 16),
-        "vision": _vision(12, 768, 3072, 12, 1024, 2304),
+        "text": _text_of(QWEN35_0_8B, 24),
+        "vision": _vision(12, 768, 3072, 12, QWEN35_0_8B.hidden, 2304),
     },
     "2b": {
-        "text": _text(2048, 24, 8, 2, 6144, 16, 16),
-        "vision": _vision(24, 1024, 4096, 16, 2048, 2304),
+        "text": _text_of(QWEN35_2B, 24),
+        "vision": _vision(24, 1024, 4096, 16, QWEN35_2B.hidden, 2304),
     },
     "4b": {
-        "text": _text(2560, 32, 16, 4, 9216, 16, 32),
-        "vision": _vision(24, 1024, 4096, 16, 2560, 2304),
+        "text": _text_of(QWEN35_4B, 32),
+        "vision": _vision(24, 1024, 4096, 16, QWEN35_4B.hidden, 2304),
     },
 }
 

@@ -6,12 +6,13 @@ below -m * margin on text, and silu/sigmoid of it are exactly 0 (below about -88
 require -MUTE_THRESHOLD). Whether such a w exists depends on the embedding matrix, so it is
 computed from the real rows at build time (physics.md, "Muting").
 
-`find_mute_direction` is the min-norm-point problem: the best w is minus the point of the
-rows' convex hull nearest the origin (Gilbert's algorithm), and the margin is the
-separation that w achieves. `MutingVerifier` proves, for every gate row of every circuit
-layer and each of bfloat16 and float32, that the gate is below -MUTE_THRESHOLD on every
-text row: a cheap rigorous bound first, an exact evaluation over all rows for any gate row
-the bound cannot settle.
+`find_mute_direction` runs the circuit compiler's search (`qwengpu.circuit.mute.
+separating_direction`: the min-norm-point problem, by Gilbert's algorithm; the best w is
+minus the point of the rows' convex hull nearest the origin) on the chosen channels and
+rounds w to the checkpoint's dtype; the margin is the separation that rounded w achieves.
+`MutingVerifier` proves, for every gate row of every circuit layer and each of bfloat16
+and float32, that the gate is below -MUTE_THRESHOLD on every text row: a cheap rigorous
+bound first, an exact evaluation over all rows for any gate row the bound cannot settle.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from qwengpu.circuit.mute import (
+    ROW_CHUNK,
+    SEARCH_ITERATIONS,
+    rms_normalize,
+    separating_direction,
+)
 from qwengpu.errors import ModelError
 
 if TYPE_CHECKING:
@@ -29,7 +36,6 @@ MUTE_THRESHOLD = 128.0  # gates <= -this are exactly 0 after silu/sigmoid (measu
 SOFTPLUS_THRESHOLD = 128.0  # softplus(x) is exactly 0 in float32 for x <= -104
 DEFAULT_MUTE_SCALE = 2.0**14  # m in physics.md; a power of two keeps m * w exact
 MIN_MARGIN = 0.05  # below this m * margin is too close to the threshold to be useful
-ROW_CHUNK = 16384
 EXACT_BUDGET = 2e11  # multiply-adds allowed for exact per-row checks
 
 
@@ -51,14 +57,6 @@ class MuteDirection:
         return self.vector * scale
 
 
-def normalized_rows(rows: torch.Tensor, eps: float) -> torch.Tensor:
-    """x_hat in float32 exactly as Qwen3_5RMSNorm computes it (before its weight)."""
-    import torch
-
-    x = rows.to(torch.float32)
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-
-
 def _chunks(rows: torch.Tensor, size: int = ROW_CHUNK) -> Iterator[torch.Tensor]:
     for start in range(0, rows.shape[0], size):
         yield rows[start : start + size]
@@ -70,10 +68,14 @@ def find_mute_direction(
     *,
     eps: float = 1e-6,
     storage_dtype: torch.dtype | None = None,
-    iterations: int = 2000,
+    iterations: int = SEARCH_ITERATIONS,
     min_margin: float = MIN_MARGIN,
 ) -> MuteDirection:
-    """The direction on `channels` that text rows sit furthest below, or a clear ModelError."""
+    """The direction on `channels` that text rows sit furthest below, or a clear ModelError.
+
+    The search is the circuit compiler's (`qwengpu.circuit.mute.separating_direction`),
+    run on the float32 x_hat of every row; this wrapper picks the channels, rounds w to
+    the checkpoint's dtype and re-measures the margin that rounded w really has."""
     import torch
 
     if embeddings.ndim != 2 or embeddings.shape[0] == 0:
@@ -86,19 +88,20 @@ def find_mute_direction(
     points = torch.empty(embeddings.shape[0], len(chosen), dtype=torch.float32)
     for start in range(0, embeddings.shape[0], ROW_CHUNK):
         chunk = embeddings[start : start + ROW_CHUNK]
-        points[start : start + chunk.shape[0]] = normalized_rows(chunk, eps)[:, index]
+        points[start : start + chunk.shape[0]] = rms_normalize(chunk, eps)[:, index]
 
-    best_w, best_margin, upper = _min_norm_direction(points, iterations)
-    if best_w is None or best_margin <= 0:
+    found = separating_direction(points, iterations)
+    del points
+    if found.direction is None or found.margin <= 0:
         raise ModelError(
             f"no muting direction: the {embeddings.shape[0]} text embedding rows do not lie "
             f"on one side of any hyperplane through the origin on the {len(chosen)} chosen "
-            f"channels (best separation {best_margin:+.3f}). Text tokens cannot be silenced "
+            f"channels (best separation {found.margin:+.3f}). Text tokens cannot be silenced "
             "exactly with bias-free gates; see physics.md, 'Muting'."
         )
 
     w = torch.zeros(hidden, dtype=torch.float32)
-    w[index] = -best_w
+    w[index] = -found.direction
     if storage_dtype is not None:
         w = w.to(storage_dtype).to(torch.float32)  # exact in the checkpoint's dtype
     margin = text_margin(embeddings, w, eps)
@@ -107,55 +110,7 @@ def find_mute_direction(
             f"the best muting direction separates the text rows by only {margin:.4f} "
             f"(need {min_margin}): too close to zero to mute exactly"
         )
-    return MuteDirection(w, margin, tuple(chosen), max(0.0, upper - best_margin))
-
-
-def _min_norm_direction(points: torch.Tensor, iterations: int, tolerance: float = 0.02):
-    """(unit u, margin min_i points_i . u, upper bound on the best margin).
-
-    Gilbert's algorithm walks u inside the rows' convex hull towards its point nearest the
-    origin: |u| bounds the best margin from above, min_i x_i . u / |u| is the margin u
-    achieves. Most rows are far from the separating plane, so the walk runs on an active
-    set of the rows lowest along u, and a pass over all rows adds the rows that got low.
-    """
-    import torch
-
-    rows = points.shape[0]
-    total = torch.zeros(points.shape[1], dtype=torch.float64)
-    for start in range(0, rows, ROW_CHUNK):
-        total += points[start : start + ROW_CHUNK].sum(0, dtype=torch.float64)
-    u = (total / rows).to(torch.float32)
-    best_u, best_margin, upper = None, -float("inf"), float("inf")
-    active = torch.zeros(0, dtype=torch.long)
-    steps = 0
-    while steps < iterations:
-        norm = float(u.norm())
-        if norm == 0.0:
-            break
-        upper = min(upper, norm)
-        projections = points @ u
-        margin = float(projections.min()) / norm
-        if margin > best_margin:
-            best_margin, best_u = margin, u / norm
-        if upper - best_margin <= tolerance * upper:
-            break
-        lowest = projections.topk(min(rows, 4096), largest=False).indices
-        active = torch.unique(torch.cat([active, lowest]))
-        subset = points[active]
-        for _ in range(200):  # Gilbert steps on the active rows
-            steps += 1
-            sub = subset @ u
-            nearest = int(sub.argmin())
-            step = u - subset[nearest]
-            denom = float(step.dot(step))
-            if denom == 0.0:
-                break
-            gamma = min(max(float(u.dot(step)) / denom, 0.0), 1.0)
-            u = u - gamma * step
-            norm = float(u.norm())
-            if norm == 0.0 or float(sub[nearest]) / norm >= (1 - tolerance / 2) * norm:
-                break
-    return best_u, best_margin, upper
+    return MuteDirection(w, margin, tuple(chosen), found.gap)
 
 
 def text_margin(embeddings: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> float:
@@ -164,7 +119,7 @@ def text_margin(embeddings: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) ->
 
     w64 = w.to(torch.float64)
     worst = max(
-        float((normalized_rows(c, eps).to(torch.float64) @ w64).max()) for c in _chunks(embeddings)
+        float((rms_normalize(c, eps).to(torch.float64) @ w64).max()) for c in _chunks(embeddings)
     )
     return -worst / float(w64.norm())
 
@@ -263,7 +218,7 @@ class MutingVerifier:
 
         scale = None if gamma is None else 1.0 + gamma.to(torch.float32)
         for chunk in _chunks(self.embeddings):
-            x = normalized_rows(chunk, self.eps)
+            x = rms_normalize(chunk, self.eps)
             if scale is not None:
                 x = x * scale
             yield x.to(getattr(torch, dtype)).to(torch.float64)

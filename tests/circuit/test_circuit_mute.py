@@ -120,9 +120,43 @@ def test_mute_direction_excludes_unreachable_rows():
     """Rows text can never produce may be left out of the check."""
     c, _, _ = build()
     embedding = synthetic_embedding(VOCAB, TINY2.hidden, seed=11)
-    embedding[7] = -embedding[7] * 50  # an outlier pointing the wrong way
+    # An outlier pointing exactly against row 8: no half-space holds both. (A lone row
+    # pointing the wrong way, -50 * row 7, is still separable: the search finds a way round.)
+    embedding[7] = -embedding[8]
     with pytest.raises(MuteError):
         compile_circuit(c, TINY2, embedding=embedding)
     rows = np.setdiff1d(np.arange(VOCAB), [7])
     compiled = compile_circuit(c, TINY2, embedding=embedding, mute_rows=rows)
     assert compiled.mute is not None and compiled.mute.worst_ratio > 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_normalised_rows_are_qwen35_rmsnorm_bit_for_bit(dtype):
+    """`normalised_rows` uses RMSNorm's formula; it must equal the HF module's output."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5RMSNorm
+
+    from qwengpu.circuit.mute import normalised_rows
+
+    embedding = synthetic_embedding(700, TINY2.hidden, seed=4, dtype=dtype)
+    norm = Qwen3_5RMSNorm(TINY2.hidden, eps=TINY2.rms_norm_eps).to(dtype)
+    with torch.no_grad():
+        expected = norm(embedding).float().numpy()
+    assert np.array_equal(normalised_rows(embedding, TINY2.rms_norm_eps, chunk=256), expected)
+
+
+def test_separating_direction_is_near_optimal():
+    """Points around a known direction: the search finds it, with a small certified gap."""
+    from qwengpu.circuit.mute import separating_direction
+
+    rng = np.random.default_rng(2)
+    axis = rng.normal(size=40)
+    axis /= np.linalg.norm(axis)
+    points = rng.normal(size=(5000, 40))
+    points -= np.outer(points @ axis, axis)  # then place every point at axis . p >= 1
+    points += np.outer(1 + rng.exponential(size=5000), axis)
+    found = separating_direction(points.astype(np.float32))
+    assert found.margin > 0.95  # `axis` alone achieves 1
+    assert found.gap < 0.05 * found.upper  # certified: no direction does much better
+    u = found.direction.double().numpy()
+    assert float((points @ u).min()) >= found.margin - 1e-4
+    assert float(u @ axis) > 0.99

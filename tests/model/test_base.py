@@ -37,6 +37,19 @@ def test_real_geometries():
     assert all(g["text"]["vocab_size"] == 248320 for g in GEOMETRIES.values())
 
 
+def test_real_geometries_are_the_circuit_geometries():
+    """The synthetic bases' configs are derived from qwengpu.circuit.geometry, which holds
+    the published shapes once."""
+    pytest.importorskip("transformers")
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+
+    from qwengpu.circuit.geometry import QWEN35_0_8B, QWEN35_2B, QWEN35_4B, geometry_from_config
+
+    for name, circuit in (("0.8b", QWEN35_0_8B), ("2b", QWEN35_2B), ("4b", QWEN35_4B)):
+        text = {k: v for k, v in geometry(name)["text"].items() if k != "model_type"}
+        assert geometry_from_config(Qwen3_5TextConfig(**text), circuit.name) == circuit
+
+
 def test_the_tiny_base_is_a_real_hf_checkpoint(tiny_base):
     assert tiny_base.layout == "vlm" and tiny_base.tied
     assert tiny_base.prefix == "model.language_model."
