@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from qwengpu.cuda import compile_cuda, find_entry, parse_ptx
 from qwengpu.errors import ArgError
 from qwengpu.host.launch import BACKENDS, build_memory, check_geometry, copy_back, dim3
-from qwengpu.interp.machine import LaunchGeometry, Step, run_program
 from qwengpu.isa.instr import Program
 from qwengpu.isa.spec import DEFAULT_SPEC, MachineSpec
 from qwengpu.lower import lower_kernel
+
+if TYPE_CHECKING:
+    from qwengpu.interp.machine import Step
 
 
 def compile(  # noqa: A001 - the CuPy/NVRTC verb
@@ -27,6 +30,13 @@ def compile(  # noqa: A001 - the CuPy/NVRTC verb
     """Compile CUDA C++ to PTX and lower kernel `name` (the only one if None) to a Program."""
     ptx = compile_cuda(code, filename=filename, compiler=compiler, options=options).ptx
     return lower_ptx(ptx, name, spec=spec)
+
+
+def model_spec() -> MachineSpec:
+    """The MachineSpec of the machine compiled into the model (one instruction per block)."""
+    from qwengpu.machine.model import MACHINE_SPEC
+
+    return MACHINE_SPEC
 
 
 def lower_ptx(ptx: str, name: str | None = None, *, spec: MachineSpec = DEFAULT_SPEC) -> Program:
@@ -48,6 +58,9 @@ class LaunchResult:
     steps: int  # blocks executed (= EXEC tokens on the model backend)
     trace: list[Step] = field(default_factory=list, repr=False)
     memory: list[int] = field(default_factory=list, repr=False)
+    tokens: int = 0  # tokens the model wrote (model backend)
+    checked: bool = False  # replayed against the interpreter (--check)
+    model_launch: Any = field(default=None, repr=False)  # host.model_backend.ModelLaunch
 
 
 def launch(
@@ -59,10 +72,23 @@ def launch(
     backend: str = "interp",
     max_steps: int | None = None,
     trace: bool = True,
+    check: bool = False,
+    dtype: str = "float32",
+    model: Any = None,
+    progress: Any = None,
 ) -> LaunchResult:
-    """Run one launch; arrays in `args` are updated in place with their final contents."""
+    """Run one launch; arrays in `args` are updated in place with their final contents.
+
+    backend "model": the merged model writes the launch (`model`: a ModelBackend, default
+    the in-memory one for `dtype`); `check` replays it against the interpreter."""
     if backend not in BACKENDS:
         raise ArgError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
+    if backend == "model":
+        return _launch_on_model(
+            program, grid, block, args, max_steps, check, dtype, model, progress
+        )
+    from qwengpu.interp.machine import LaunchGeometry, run_program
+
     grid3, block3 = dim3(grid, "grid"), dim3(block, "block")
     check_geometry(program, grid3, block3)
     image = build_memory(program, args)
@@ -77,6 +103,20 @@ def launch(
     return LaunchResult(list(args), state.steps, state.trace, state.memory)
 
 
+def _launch_on_model(program, grid, block, args, max_steps, check, dtype, model, progress):
+    from qwengpu.host.model_backend import default_backend
+
+    backend = model if model is not None else default_backend(dtype)
+    run = backend.launch(program, grid, block, args, max_steps=max_steps, progress=progress)
+    checked = False
+    if check:
+        from qwengpu.host.check import check_launch
+
+        check_launch(program, run)
+        checked = True
+    return LaunchResult(list(args), len(run.steps), [], run.words, len(run.generated), checked, run)
+
+
 class RawKernel:
     """A CUDA kernel compiled for the qgpu machine, launched like `cupy.RawKernel`."""
 
@@ -86,15 +126,19 @@ class RawKernel:
         name: str,
         *,
         compiler: str = "auto",
-        spec: MachineSpec = DEFAULT_SPEC,
+        spec: MachineSpec | None = None,
         backend: str = "interp",
         options: Sequence[str] = (),
+        dtype: str = "float32",
     ) -> None:
         self.code = code
         self.name = name
         self.compiler = compiler
+        if spec is None:
+            spec = model_spec() if backend == "model" else DEFAULT_SPEC
         self.spec = spec
         self.backend = backend
+        self.dtype = dtype
         self.options = tuple(options)
 
     @cached_property
@@ -111,4 +155,12 @@ class RawKernel:
         *,
         max_steps: int | None = None,
     ) -> LaunchResult:
-        return launch(self.program, grid, block, args, backend=self.backend, max_steps=max_steps)
+        return launch(
+            self.program,
+            grid,
+            block,
+            args,
+            backend=self.backend,
+            max_steps=max_steps,
+            dtype=self.dtype,
+        )

@@ -106,11 +106,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     block = dim3(_dim3(args.block, "block"), "block")
     source = _read_source(args.file)
     compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
-    program = lower_ptx(compiled.ptx, args.kernel)
-    result = launch(
-        program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
-    )
-    if args.trace:
+    if args.backend == "model":
+        from qwengpu.api import model_spec
+        from qwengpu.host.model_backend import stderr_progress
+
+        program = lower_ptx(compiled.ptx, args.kernel, spec=model_spec())
+        result = launch(
+            program,
+            grid,
+            block,
+            launch_args,
+            backend="model",
+            max_steps=args.max_steps,
+            check=args.check,
+            dtype=args.dtype,
+            progress=stderr_progress,
+        )
+    else:
+        program = lower_ptx(compiled.ptx, args.kernel)
+        result = launch(
+            program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
+        )
+    if args.trace and args.backend == "model":
+        for step in result.model_launch.steps:
+            lanes = ",".join(str(lane) for lane in step.lanes)
+            shown = " ".join(str(t) for t in step.tokens)
+            print(
+                f"cta{step.cta} w{step.warp} B{step.block} lanes[{lanes}]: {shown}", file=sys.stderr
+            )
+    elif args.trace:
         from qwengpu.interp.machine import format_step
 
         for step in result.trace:
@@ -124,6 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "grid": list(grid),
                     "block": list(block),
                     "steps": result.steps,
+                    "tokens": result.tokens,
+                    "checked": result.checked,
                     "args": [_jsonable(a) for a in result.args],
                 }
             )
@@ -131,7 +157,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     for param, value in zip(program.params, result.args, strict=True):
         print(f"{param.name} = {_jsonable(value)}")
+    if args.backend == "model":
+        run = result.model_launch
+        check = ", --check passed" if result.checked else ""
+        print(
+            f"# {result.steps} steps, {result.tokens} tokens written by the model "
+            f"({run.prompt_tokens} load tokens; {run.seconds:.1f} s){check}",
+            file=sys.stderr,
+        )
+        return 0
     print(f"# {result.steps} steps on the {args.backend} backend", file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from qwengpu.circuit import GEOMETRIES
+    from qwengpu.machine.model import compile_machine, layer_map
+
+    names = {g.name.removeprefix("qwen3.5-"): g for g in GEOMETRIES.values()}
+    if args.geometry not in names:
+        raise ArgError(f"--geometry {args.geometry}: choose one of {', '.join(names)}")
+    print(f"qgpu: compiling the machine for {args.geometry} (about a minute)...", file=sys.stderr)
+    machine = compile_machine(names[args.geometry])
+    print(layer_map(machine))
+    if args.fields:
+        print(machine.compiled.schedule.field_map())
     return 0
 
 
@@ -156,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.set_defaults(func=cmd_compile)
 
+    p = sub.add_parser("inspect", help="print the machine's layer map (memories and ops)")
+    p.add_argument("--geometry", default="2b", help="tiny, 0.8b, 2b or 4b (default 2b)")
+    p.add_argument("--fields", action="store_true", help="also print every field's dims")
+    p.set_defaults(func=cmd_inspect)
+
     p = sub.add_parser("run", help="compile and launch a kernel")
     p.add_argument("file")
     p.add_argument("--kernel", help="kernel name (default: the only one)")
@@ -167,7 +222,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="argument in parameter order: int32:[1,2,3] (array) or uint32:7 (scalar)",
     )
-    p.add_argument("--backend", default="interp", help="interp (default)")
+    p.add_argument(
+        "--backend",
+        default="interp",
+        choices=("interp", "model"),
+        help="interp (the reference interpreter, default) or model (the model writes the launch)",
+    )
+    p.add_argument(
+        "--dtype", default="float32", choices=("float32", "bfloat16"), help="model backend dtype"
+    )
+    p.add_argument(
+        "--check", action="store_true", help="replay the model's launch against the interpreter"
+    )
     p.add_argument("--max-steps", type=int, default=None, help="step budget (blocks)")
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -13,7 +13,7 @@ from qwengpu.isa.instr import Program
 from qwengpu.isa.spec import WORD_BYTES, WORD_MASK
 
 Dim3 = tuple[int, int, int]
-BACKENDS = ("interp",)
+BACKENDS = ("interp", "model")
 INT32_MIN = -(1 << 31)
 
 

@@ -77,6 +77,9 @@ class ModelStep:
 
 @dataclass
 class ModelLaunch:
+    initial_words: list[int]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
     words: list[int]
     steps: list[ModelStep]
     generated: list[Token]
@@ -125,6 +128,7 @@ class ModelBackend:
         if block3[0] > MAX_NTID or grid3[0] > MAX_CTAS:
             raise ArgError(f"the model backend runs at most {MAX_NTID} threads x {MAX_CTAS} CTAs")
         image = build_memory(program, args)
+        initial = list(image.words)
         prompt = load_tokens(self.machine, program, image.words, block3[0], grid3[0])
         prompt.append(token("CTA", cta=0))
         budget = max_steps if max_steps is not None else self.machine.spec.max_steps
@@ -162,7 +166,16 @@ class ModelBackend:
         seconds = time.perf_counter() - start
         words = self.read_memory(cache)
         copy_back(image, words)
-        return ModelLaunch(words, _steps(generated), generated, len(prompt), seconds)
+        return ModelLaunch(
+            initial,
+            tuple(grid3),
+            tuple(block3),
+            words,
+            _steps(generated),
+            generated,
+            len(prompt),
+            seconds,
+        )
 
     def _token(self, token_id: int) -> Token:
         index = token_id - self.offset
@@ -186,6 +199,57 @@ class ModelBackend:
         rows = self.machine.compiled.memory_rows(self.recurrent_states(cache), "mem0")[0]
         weights = 1 << np.arange(32, dtype=np.int64)
         return [int(v) for v in (rows * weights).sum(axis=-1)]
+
+
+DEFAULT_BASE_LAYERS = 4
+DEFAULT_TEXT_ROWS = 2048
+DEFAULT_TEXT_MEAN = 1.0  # common-mean strength of the synthetic text rows (physics.md)
+_backends: dict[str, ModelBackend] = {}
+
+
+def default_backend(dtype: str = "float32") -> ModelBackend:
+    """The in-memory model backend: the machine compiled for the Qwen3.5-2B geometry,
+    followed by random base layers of that geometry and a synthetic text embedding
+    (realistic statistics), muted against it. Built once per process (about 2 minutes
+    on 2 CPU cores); a merged checkpoint from `qgpu build` replaces it (issue 5)."""
+    import torch
+
+    if dtype not in ("float32", "bfloat16"):
+        raise ArgError(f"--dtype {dtype}: the machine is exact in float32 and bfloat16 only")
+    if dtype in _backends:
+        return _backends[dtype]
+    from qwengpu.circuit import QWEN35_2B
+    from qwengpu.circuit.mute import synthetic_embedding
+    from qwengpu.machine.model import build_launch_model, compile_machine
+
+    print(
+        "qgpu: building the machine model in memory (Qwen3.5-2B geometry, "
+        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype}; about 2 minutes)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    machine = _compiled_machine(QWEN35_2B, synthetic_embedding, compile_machine)
+    text = _default_text(synthetic_embedding, QWEN35_2B.hidden)
+    model, offset = build_launch_model(
+        machine, text, base_layers=DEFAULT_BASE_LAYERS, dtype=getattr(torch, dtype)
+    )
+    _backends[dtype] = ModelBackend(machine, model, offset)
+    return _backends[dtype]
+
+
+def _default_text(synthetic_embedding, hidden: int) -> np.ndarray:
+    rows = synthetic_embedding(DEFAULT_TEXT_ROWS, hidden, seed=1, mean_ratio=DEFAULT_TEXT_MEAN)
+    return rows.float().numpy().astype(np.float64)
+
+
+_machines: dict[str, CompiledMachine] = {}
+
+
+def _compiled_machine(geometry, synthetic_embedding, compile_machine) -> CompiledMachine:
+    if geometry.name not in _machines:
+        text = _default_text(synthetic_embedding, geometry.hidden)
+        _machines[geometry.name] = compile_machine(geometry, embedding=text)
+    return _machines[geometry.name]
 
 
 def _steps(generated: Sequence[Token]) -> list[ModelStep]:

@@ -192,9 +192,14 @@ def build_launch_model(
     n_text = int(text_embedding.shape[0])
     vocab = n_text + len(machine.vocab)
     config = g.text_config(types, vocab_size=vocab)
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():  # the circuit layers are loaded below; skip their random init
+        model = Qwen3_5ForCausalLM(config).to(dtype).eval()
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(config).to(dtype).eval()
-    n_circ = len(machine.layer_types)
+    for layer in model.model.layers[len(machine.layer_types) :]:
+        for module in layer.modules():
+            model._init_weights(module)
     norm_w = (
         np.zeros(g.hidden) if final_norm_weight is None else np.asarray(final_norm_weight, float)
     )
@@ -208,5 +213,59 @@ def build_launch_model(
         )
         model.lm_head.weight.copy_(torch.tensor(head).to(dtype))
         model.model.norm.weight.copy_(torch.tensor(norm_w).to(dtype))
-    del n_circ
     return model, n_text
+
+
+# the machine's units, by the name prefixes of their memories and ops (for the layer map)
+UNITS: tuple[tuple[str, str], ...] = (
+    ("cur", "front end: current EXEC"),
+    ("stage", "front end: write-back byte staging"),
+    ("romcur", "front end: ROM load cursor"),
+    ("memcur", "front end: memory write cursor"),
+    ("acur", "front end: atomic lane"),
+    ("geometry", "front end: launch geometry"),
+    ("cta", "front end: CTA number"),
+    ("rom", "program ROM"),
+    ("regs", "register file"),
+    ("preds", "predicate file"),
+    ("mem", "global memory (one copy per lane)"),
+    ("atomic", "memory unit: atomic buffer"),
+    ("sched", "scheduler state (warp, lane)"),
+    ("result", "results buffer"),
+)
+
+
+def layer_map(machine: CompiledMachine) -> str:
+    """Which layer holds which memory (DeltaNet heads) and which ops (MLP), per layer."""
+    sched = machine.compiled.schedule
+    lines = [
+        f"qgpu machine on {machine.geometry.name}: {sched.layers_used} layers used of "
+        f"{sched.num_layers} ({machine.spec.describe()}); {len(machine.vocab)} circuit tokens"
+    ]
+    for plan in sched.layers:
+        mems = sorted({slot.memory.name for slot in plan.slots})
+        heads = sum(len(slot.value_heads) for slot in plan.slots)
+        ops = [op.name for op in plan.mlp_ops]
+        neurons = len(plan.neurons)
+        unit_names = sorted(
+            {
+                label
+                for name in mems
+                for prefix, label in UNITS
+                if name == prefix or (name.startswith(prefix) and name[len(prefix) :].isdigit())
+            }
+        )
+        lines.append(
+            f"L{plan.index:<3} {plan.kind:<16} heads {heads:>2}  neurons {neurons:>5}  "
+            f"memories: {', '.join(mems) or '-'}"
+        )
+        if unit_names:
+            lines.append(f"     units: {'; '.join(unit_names)}")
+        if ops:
+            shown = ", ".join(ops[:12]) + (f" (+{len(ops) - 12} more)" if len(ops) > 12 else "")
+            lines.append(f"     mlp: {shown}")
+    lines.append(
+        "last layer's MLP: output amplifier (next-token code to +-2^16); "
+        f"code dims: {len(machine.code_dims)}"
+    )
+    return "\n".join(lines)

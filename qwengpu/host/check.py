@@ -1,0 +1,139 @@
+"""--check: replay a model launch against the reference interpreter, step by step.
+
+The model's trace is what its tokens say: each EXEC(b, w, mask) is a step, and the
+write-back tokens after it carry the step's live-out register values, predicate values
+and memory writes. The interpreter's trace of the same launch must agree on every step;
+the first difference is reported with the step, warp, block, lane and the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qwengpu.errors import LaunchError
+from qwengpu.host.model_backend import ModelLaunch, ModelStep
+from qwengpu.isa.instr import Program
+from qwengpu.machine.rom import live_outs
+from qwengpu.machine.tokens import ALL_LANES
+
+
+class CheckFailed(LaunchError):
+    """The model's launch diverged from the interpreter's."""
+
+
+@dataclass(frozen=True)
+class StepWrites:
+    regs: tuple[tuple[int, int, int], ...]  # (lane, register, value)
+    preds: tuple[tuple[int, int, bool], ...]  # (lane, predicate, value)
+    mem: tuple[tuple[int, int], ...]  # (word, value)
+
+
+def model_writes(program: Program, step: ModelStep) -> StepWrites:
+    """Decode a model step's write-back tokens into register, predicate, memory writes."""
+    block = program.blocks[step.block]
+    ins = block.instrs[0] if block.instrs else None
+    regs: list[tuple[int, int, int]] = []
+    preds: list[tuple[int, int, bool]] = []
+    mem: list[tuple[int, int]] = []
+    staged: dict[int, int] = {}
+    addr = atom_lane = 0
+    for t in step.tokens[1:]:
+        if t.kind in ("BREG", "BAMEM", "BAREG"):
+            staged[t.get("k")] = t.get("v")
+            continue
+        if t.kind in ("FREG", "FAMEM", "FAREG"):
+            n = t.get("n")
+            value = t.get("v") << (8 * (n - 1))
+            value |= sum(staged.get(k, 0) << (8 * k) for k in range(n - 1))
+            staged = {}
+            rd = ins.rd if ins is not None else 0
+            if t.kind == "FREG":
+                sel = t.get("sel")
+                lanes = step.lanes if sel == ALL_LANES else (sel,)
+                regs += [(lane, rd, value) for lane in lanes]
+            elif t.kind == "FAREG":
+                regs.append((atom_lane, rd, value))
+            else:
+                mem.append((addr, value))
+        elif t.kind == "PRED":
+            pd = ins.pd if ins is not None and ins.pd is not None else 0
+            preds += [
+                (lane, pd, bool((t.get("pv") >> lane) & 1))
+                for lane in range(4)
+                if (t.get("pw") >> lane) & 1
+            ]
+        elif t.kind == "MADDR":
+            addr = t.get("addr")
+        elif t.kind == "ATOM":
+            atom_lane = t.get("lane")
+    return StepWrites(tuple(regs), tuple(preds), tuple(mem))
+
+
+def _reference(program: Program, launch: ModelLaunch):
+    from qwengpu.host.launch import dim3
+    from qwengpu.interp.machine import LaunchGeometry, run_program
+
+    geometry = LaunchGeometry(dim3(launch.grid, "grid"), dim3(launch.block, "block"))
+    return run_program(program, geometry, list(launch.initial_words), record_trace=True)
+
+
+def check_launch(program: Program, launch: ModelLaunch) -> int:
+    """Raise CheckFailed at the first step where the model and the interpreter differ;
+    return the number of steps checked. Only here does the interpreter run."""
+    state = _reference(program, launch)
+    lives = live_outs(program.blocks)
+    ref = state.trace
+    for i, (want, got) in enumerate(zip(ref, launch.steps, strict=False)):
+        where = f"step {i}: cta {want.cta} warp {want.warp} block B{want.block}"
+        if (want.cta, want.warp, want.block, tuple(want.active)) != (
+            got.cta,
+            got.warp,
+            got.block,
+            got.lanes,
+        ):
+            raise CheckFailed(
+                f"{where} lanes {list(want.active)} expected; the model ran cta {got.cta} warp "
+                f"{got.warp} block B{got.block} lanes {list(got.lanes)}"
+            )
+        writes = model_writes(program, got)
+        final: dict[tuple[int, int], int] = {}
+        for lane, reg, value in want.reg_writes:
+            final[lane, reg] = value
+        expect_regs = {k: v for k, v in final.items() if k[1] in lives[want.block]}
+        got_regs = {(lane, reg): value for lane, reg, value in writes.regs}
+        for key in sorted(set(expect_regs) | set(got_regs)):
+            lane, reg = key
+            if expect_regs.get(key) != got_regs.get(key):
+                raise CheckFailed(
+                    f"{where} lane {lane} r{reg}: expected {_show(expect_regs.get(key))}, "
+                    f"the model wrote {_show(got_regs.get(key))}"
+                )
+        if tuple(want.pred_writes) != writes.preds:
+            raise CheckFailed(
+                f"{where}: predicate writes expected {list(want.pred_writes)}, "
+                f"the model wrote {list(writes.preds)}"
+            )
+        if tuple(want.mem_writes) != writes.mem:
+            raise CheckFailed(
+                f"{where}: memory writes expected "
+                f"{[(w, hex(v)) for w, v in want.mem_writes]}, the model wrote "
+                f"{[(w, hex(v)) for w, v in writes.mem]}"
+            )
+    if len(ref) != len(launch.steps):
+        raise CheckFailed(
+            f"the interpreter ran {len(ref)} steps, the model {len(launch.steps)} "
+            f"(first {min(len(ref), len(launch.steps))} agree)"
+        )
+    if list(state.memory) != list(launch.words):
+        bad = next(
+            i for i, (a, b) in enumerate(zip(state.memory, launch.words, strict=True)) if a != b
+        )
+        raise CheckFailed(
+            f"final memory word {bad}: expected {state.memory[bad]:#x}, the model's state holds "
+            f"{launch.words[bad]:#x}"
+        )
+    return len(ref)
+
+
+def _show(value: int | None) -> str:
+    return "nothing" if value is None else f"{value:#x}"

@@ -1,0 +1,101 @@
+"""ROM images, the token vocabulary and the host's word encoding (no model needed)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from qwengpu import api
+from qwengpu.host.model_backend import load_tokens, word_tokens
+from qwengpu.isa.instr import Block, Instr, Op, Terminator, TermKind
+from qwengpu.machine.model import MACHINE_SPEC
+from qwengpu.machine.rom import MachineUnsupported, RomLayout, check_supported, encode_block
+from qwengpu.machine.tokens import HOST_ONLY, KIND_NAMES, Vocabulary
+
+DOT = """extern "C" __global__ void dot(const int* a, const int* b, int* out, int n)
+{ int i = threadIdx.x; if (i < n) atomicAdd(out, a[i] * b[i]); }"""
+
+
+def _decode_row(layout: RomLayout, row: list[int]) -> dict[str, int]:
+    value = sum(b << (8 * k) for k, b in enumerate(row))
+    return {n: (value >> pos) & ((1 << w) - 1) for n, (pos, w) in layout.field_bits().items()}
+
+
+def test_rom_row_fits_the_rom_memories():
+    layout = RomLayout(MACHINE_SPEC)
+    assert layout.total_bits <= 8 * layout.rom_bytes
+    assert layout.rom_bytes <= 16  # one ROM memory (head) per byte: one layer of heads
+
+
+def test_rom_fields_round_trip():
+    layout = RomLayout(MACHINE_SPEC)
+    ins = Instr(Op.ADD, rd=3, a=5, b=0, b_imm=0xDEADBEEF, guard=2, guard_neg=True)
+    block = Block((ins,), Terminator(TermKind.BRANCH, target=7, other=9, pred=1, neg=True))
+    fields = _decode_row(layout, encode_block(layout, block, live_out={3}))
+    assert fields["rd"] == 3 and fields["a"] == 5 and fields["bimm"] == 0xDEADBEEF
+    assert fields["b_is_imm"] == 1 and fields["wb"] == 1
+    assert (fields["has_guard"], fields["guard"], fields["guard_neg"]) == (1, 2, 1)
+    assert (fields["target"], fields["other"], fields["term_pred"], fields["term_neg"]) == (
+        7,
+        9,
+        1,
+        1,
+    )
+    dead = _decode_row(layout, encode_block(layout, block, live_out=set()))
+    assert dead["wb"] == 0  # a dead result is never written back
+
+
+def test_unsupported_instruction_is_refused_with_its_line():
+    block = Block((Instr(Op.POPC, rd=1, a=2, src_line=31),), Terminator(TermKind.EXIT))
+    with pytest.raises(MachineUnsupported, match=r"B3: 'popc.*PTX line 31"):
+        check_supported(3, block, MACHINE_SPEC)
+
+
+def test_vocabulary_is_consistent():
+    vocab = Vocabulary(MACHINE_SPEC)
+    assert len(set(vocab.tokens)) == len(vocab)
+    codes = [
+        tuple(sorted(vocab.output_values(t).items()))
+        for t in vocab.tokens
+        if t.kind not in HOST_ONLY
+    ]
+    assert len(set(codes)) == len(codes)  # every emittable token has its own code
+    assert {t.kind for t in vocab.tokens} == set(KIND_NAMES)
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_word_tokens_round_trip(value):
+    tokens = word_tokens(value, "BAMEM", "FAMEM")
+    *low, last = tokens
+    assert [t.get("k") for t in low] == list(range(len(low)))
+    n = last.get("n")
+    assert n == len(low) + 1
+    got = sum(t.get("v") << (8 * t.get("k")) for t in low) + (last.get("v") << (8 * (n - 1)))
+    assert got == value
+    assert n == 1 or last.get("v") != 0  # the top byte is the highest nonzero one
+
+
+def test_dot_load_tokens():
+    program = api.compile(DOT, spec=MACHINE_SPEC)
+    from qwengpu.machine.model import compile_machine  # noqa: F401 - import check only
+
+    class _Machine:
+        spec = MACHINE_SPEC
+        vocab = Vocabulary(MACHINE_SPEC)
+
+    tokens = load_tokens(_Machine(), program, [0] * MACHINE_SPEC.memory_words, 3, 1)
+    assert tokens[0].kind == "LAUNCH" and tokens[0].get("ntid") == 3
+    assert sum(t.kind == "ROMSEL" for t in tokens) == len(program.blocks)
+    assert not any(t.kind == "MADDR" for t in tokens)  # zero words are not sent
+
+
+def test_wrong_spec_is_refused():
+    program = api.compile(DOT)  # the default 4-instruction blocks
+
+    class _Machine:
+        spec = MACHINE_SPEC
+        vocab = Vocabulary(MACHINE_SPEC)
+
+    with pytest.raises(Exception, match="lowered for"):
+        load_tokens(_Machine(), program, [0] * 126, 3, 1)
