@@ -22,7 +22,7 @@ from qwengpu.circuit.craft import Lin, neuron, relu_of
 from qwengpu.circuit.encodings import Encoding
 from qwengpu.circuit.ir import Field
 from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
-from qwengpu.isa.instr import AtomOp, Cond, Op, Special, TermKind
+from qwengpu.isa.instr import AtomOp, Cond, Op, PredFn, Special, TermKind
 from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.rom import OPCODES, SUPPORTED_SPECIALS, TERM_KINDS, RomLayout
 from qwengpu.machine.tokens import ADDR_BITS, ALL_LANES, KIND_NAMES, LANES, WORD_BYTES, Vocabulary
@@ -290,14 +290,17 @@ class MachineCircuit:
                 for lane in range(LANES)
             ],
         )
-        pa_w, pa_g, pa_a, pa_t = (pred_addr(n) for n in ("pd", "guard", "pa", "term_pred"))
-        self.pg, self.pa, self.pt = [], [], []
+        pa_w, pa_g, pa_a, pa_b, pa_t = (
+            pred_addr(n) for n in ("pd", "guard", "pa", "pb", "term_pred")
+        )
+        self.pg, self.pa, self.pb, self.pt = [], [], [], []
         prow = s.warps << self.layout.pred_bits
         for lane in range(LANES):
             mem = c.memory(f"preds{lane}", prow, [Column("p", Bit())])
             c.write(mem, pa_w, [self.pv[lane]], when=self.pw[lane])
             self.pg.append(c.read(mem, pa_g).outputs[0])
             self.pa.append(c.read(mem, pa_a).outputs[0])
+            self.pb.append(c.read(mem, pa_b).outputs[0])
             self.pt.append(c.read(mem, pa_t).outputs[0])
 
     # -- ALU ---------------------------------------------------------------------------------------
@@ -357,6 +360,7 @@ class MachineCircuit:
             Op.SEL: c.mux(pa_eff, A, B),
             Op.S2R: self._special_registers(),
             Op.LD: self._loads(),
+            **self._bit_counts(),
         }
         self.results = results
         self.V = products(
@@ -364,26 +368,83 @@ class MachineCircuit:
             "V",
             Bits(32),
             [
-                [[(self.opc(op), r.ch(i, lane)) for op, r in results.items()] for i in range(32)]
+                [
+                    [
+                        (self.opc(op), r.ch(i, lane))
+                        for op, r in results.items()
+                        if i < r.encoding.width
+                    ]
+                    for i in range(32)
+                ]
                 for lane in range(LANES)
             ],
         )
         hs, eq, ge = (c.compare(A, B, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         conds = list(Cond)
+        neg_b = ins["neg_b"].ch(0)
+        pb_eff = wires(
+            c,
+            "plop.q",
+            Bit(),
+            [[[self.pb[lane].ch(0) - neg_b, neg_b - self.pb[lane].ch(0)]] for lane in range(LANES)],
+        )
+        both = wires(
+            c,
+            "plop.and",
+            Bit(),
+            [[[pa_eff.ch(0, lane) + pb_eff.ch(0, lane) - 1]] for lane in range(LANES)],
+        )
+        fns = list(PredFn)
+
+        def plop_terms(lane: int) -> list[tuple[Lin, Lin]]:
+            x, y, xy = pa_eff.ch(0, lane), pb_eff.ch(0, lane), both.ch(0, lane)
+            values = {PredFn.AND: xy, PredFn.OR: x + y - xy, PredFn.XOR: x + y - 2 * xy}
+            return [
+                (self.mode.ch(fns.index(fn)) + self.opc(Op.PLOP) - 1, form)
+                for fn, form in values.items()
+            ]
+
         self.p_new = products(
             c,
-            "setp",
+            "pred.new",
             Bit(),
             [
                 [
                     [
-                        (self.mode.ch(conds.index(cd)), form)
+                        (self.mode.ch(conds.index(cd)) + self.opc(Op.SETP) - 1, form)
                         for cd, form in condition_forms(hs, eq, ge, lane).items()
                     ]
+                    + plop_terms(lane)
                 ]
                 for lane in range(LANES)
             ],
         )
+
+    def _bit_counts(self) -> dict[Op, Field]:
+        """popc, clz (32 for 0) and brev of a."""
+        c, A = self.c, self.A
+        popc = c.to_bits(c.popcount(A), width=6, name="popc")
+        top, any_ = c.priority(A, lowest=False, name="msb")
+        clz = wires(
+            c,
+            "clz",
+            Bits(6),
+            [
+                [
+                    [top.ch(i, lane) for i in range(32) if ((31 - i) >> j) & 1]
+                    + ([1 - any_.ch(0, lane)] if (32 >> j) & 1 else [])
+                    for j in range(6)
+                ]
+                for lane in range(LANES)
+            ],
+        )
+        brev = wires(
+            c,
+            "brev",
+            Bits(32),
+            [[[A.ch(31 - i, lane)] for i in range(32)] for lane in range(LANES)],
+        )
+        return {Op.POPC: popc, Op.CLZ: clz, Op.BREV: brev}
 
     def _adder(self) -> Field:
         """One adder for add, sub (a + ~b + 1) and the memory address (a + imm)."""
@@ -562,7 +623,8 @@ class MachineCircuit:
     def _terminator(self) -> None:
         c, ins, k = self.c, self.ins, self.kind
         fwd = c.and_(
-            c.equal(ins["pd"], ins["term_pred"]), bits_of(c, "is_setp", [self.opc(Op.SETP)])
+            c.equal(ins["pd"], ins["term_pred"]),
+            bits_of(c, "writes_pred", [self.opc(Op.SETP) + self.opc(Op.PLOP)]),
         )
         fwd_e = wires(
             c, "fwd.e", Bit(), [[[bit(fwd) + self.E.ch(0, lane) - 1]] for lane in range(LANES)]
@@ -800,7 +862,8 @@ class MachineCircuit:
         )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
         natom, natom_any = c.priority(after_atom, name="next.atom")
-        is_setp, is_mem = self.opc(Op.SETP), self.opc(Op.ST) + self.opc(Op.ATOM)
+        is_setp = self.opc(Op.SETP) + self.opc(Op.PLOP)  # writes a predicate
+        is_mem = self.opc(Op.ST) + self.opc(Op.ATOM)
         wb = ins["wb"].ch(0)
         is_atom_op = self.opc(Op.ATOM)
         ex, ae = bit(k["EXEC"]), bit(any_e)

@@ -46,7 +46,11 @@ SUPPORTED_OPS = frozenset(
         Op.SHR,
         Op.SRA,
         Op.SETP,
+        Op.PLOP,
         Op.SEL,
+        Op.POPC,
+        Op.CLZ,
+        Op.BREV,
         Op.S2R,
         Op.LD,
         Op.ST,
@@ -114,6 +118,8 @@ class RomLayout:
             ("pd", p),
             ("pa", p),
             ("neg_a", 1),
+            ("pb", p),
+            ("neg_b", 1),
             ("has_guard", 1),
             ("guard", p),
             ("guard_neg", 1),
@@ -181,15 +187,17 @@ def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
 
 
 def live_outs(blocks: tuple[Block, ...]) -> list[set[int]]:
-    """Registers live on exit of each block (backward dataflow over the CFG)."""
+    """Registers live on exit of each block (backward dataflow over the CFG). A guarded
+    write does not kill: lanes whose guard fails keep the old value."""
     live_in: list[set[int]] = [set() for _ in blocks]
+    kills = [{r for i in b.instrs if i.guard is None for r in i.writes()} for b in blocks]
     changed = True
     while changed:
         changed = False
         for i in reversed(range(len(blocks))):
             b = blocks[i]
             out: set[int] = set().union(*(live_in[s] for s in b.term.successors()))
-            new_in = set(b.registers_read()) | (out - set(b.registers_written()))
+            new_in = set(b.registers_read()) | (out - kills[i])
             if new_in != live_in[i]:
                 live_in[i] = new_in
                 changed = True
@@ -213,6 +221,7 @@ def encode_block(layout: RomLayout, block: Block, live_out: set[int]) -> list[in
         v["imm"] = ins.imm & WORD_MASK
         v["pd"] = ins.pd or 0
         v["pa"], v["neg_a"] = ins.pa, int(ins.neg_a)
+        v["pb"], v["neg_b"] = ins.pb, int(ins.neg_b)
         if ins.guard is not None:
             v["has_guard"], v["guard"], v["guard_neg"] = 1, ins.guard, int(ins.guard_neg)
         v["wb"] = int(ins.rd != 0 and ins.rd in live_out)

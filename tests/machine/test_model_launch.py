@@ -33,10 +33,22 @@ suite = _suite()
 CASES = {c.name: c for c in suite.CASES}
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 
-# A small case for the default run (16 steps, about 50 s on 2 cores); the slow tier runs
-# more, and every case that fits the machine.
-DEFAULT_CASES = ["uniform_loop_zero_trips"]
-SLOW_CASES = ["atomic_sub", "predicated", "select_ternary", "shifts", "bitwise", "clamp"]
+# Small cases for the default run (16 and 26 steps: a loop, brev and clz); the slow tier
+# runs more, and every case that fits the machine.
+DEFAULT_CASES = ["uniform_loop_zero_trips", "ffs"]
+SLOW_CASES = [
+    "atomic_sub",
+    "predicated",
+    "select_ternary",
+    "shifts",
+    "bitwise",
+    "clamp",
+    "popc",
+    "clz",
+    "bit_tricks",
+    "count_if",
+    "div_u_var",
+]
 _runs: dict[str, object] = {}  # launches kept for the tests that only inspect them
 
 
@@ -55,7 +67,10 @@ def test_dot_product(backends, dtype, prefill):
     program = api.compile(DOT, spec=MACHINE_SPEC)
     args = _dot_args()
     run = backend.launch(program, 1, 4, args, prefill=prefill)
-    print(f"dot ({dtype}, prefill={prefill}): {len(run.generated)} tokens, {len(run.steps)} EXECs")
+    print(
+        f"dot ({dtype}, prefill={prefill}): {len(run.generated)} tokens, "
+        f"{len(run.steps)} EXECs, {run.prompt_tokens} load tokens"
+    )
     assert int(args[2][0]) == 32
     assert check_launch(program, run) == len(run.steps)
     assert run.generated[-1].kind == "END"
@@ -110,7 +125,7 @@ def _fitting_cases() -> list[str]:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_every_fitting_suite_kernel(backends, dtype):
     names = _fitting_cases()
-    assert len(names) >= 50
+    assert len(names) >= 70
     for name in names:
         _run_case(backends.get(dtype), name, dtype)
 
@@ -150,7 +165,8 @@ def test_check_reports_the_first_divergence(backends):
 def test_program_outside_the_machine_is_refused(backends):
     from qwengpu.machine.rom import MachineUnsupported
 
-    src = 'extern "C" __global__ void k(unsigned* o) { o[threadIdx.x] = __popc(o[threadIdx.x]); }'
+    src = 'extern "C" __global__ void k(unsigned* o)'
+    src += " { o[threadIdx.x] = __umulhi(o[threadIdx.x], 77u + threadIdx.x); }"
     program = api.compile(src, spec=MACHINE_SPEC)
-    with pytest.raises(MachineUnsupported, match="popc"):
+    with pytest.raises(MachineUnsupported, match="mulhu"):
         backends.get("float32").launch(program, 1, 4, [np.zeros(4, np.uint32)])

@@ -47,8 +47,8 @@ def test_rom_fields_round_trip():
 
 
 def test_unsupported_instruction_is_refused_with_its_line():
-    block = Block((Instr(Op.POPC, rd=1, a=2, src_line=31),), Terminator(TermKind.EXIT))
-    with pytest.raises(MachineUnsupported, match=r"B3: 'popc.*PTX line 31"):
+    block = Block((Instr(Op.MULHU, rd=1, a=2, b=3, src_line=31),), Terminator(TermKind.EXIT))
+    with pytest.raises(MachineUnsupported, match=r"B3: 'mulhu.*PTX line 31"):
         check_supported(3, block, MACHINE_SPEC)
 
 
@@ -99,3 +99,15 @@ def test_wrong_spec_is_refused():
 
     with pytest.raises(Exception, match="lowered for"):
         load_tokens(_Machine(), program, [0] * 126, 3, 1)
+
+
+def test_a_guarded_write_does_not_kill_liveness():
+    from qwengpu.machine.rom import live_outs
+
+    clz = Block((Instr(Op.CLZ, rd=1, a=1),), Terminator(TermKind.JUMP, target=1))
+    guarded = Block(
+        (Instr(Op.ADD, rd=1, a=0, b_imm=0xFFFFFFFF, guard=0),), Terminator(TermKind.JUMP, target=2)
+    )
+    use = Block((Instr(Op.ADD, rd=2, a=1, b_imm=1),), Terminator(TermKind.EXIT))
+    lives = live_outs((clz, guarded, use))
+    assert 1 in lives[0]  # lanes that skip the guarded add still read clz's r1
