@@ -228,8 +228,10 @@ def default_backend(dtype: str = "float32") -> ModelBackend:
         file=sys.stderr,
         flush=True,
     )
-    machine = _compiled_machine(QWEN35_2B, synthetic_embedding, compile_machine)
     text = _default_text(synthetic_embedding, QWEN35_2B.hidden)
+    if QWEN35_2B.name not in _machines:
+        _machines[QWEN35_2B.name] = compile_machine(QWEN35_2B, embedding=text)
+    machine = _machines[QWEN35_2B.name]
     model, offset = build_launch_model(
         machine, text, base_layers=DEFAULT_BASE_LAYERS, dtype=getattr(torch, dtype)
     )
@@ -243,13 +245,6 @@ def _default_text(synthetic_embedding, hidden: int) -> np.ndarray:
 
 
 _machines: dict[str, CompiledMachine] = {}
-
-
-def _compiled_machine(geometry, synthetic_embedding, compile_machine) -> CompiledMachine:
-    if geometry.name not in _machines:
-        text = _default_text(synthetic_embedding, geometry.hidden)
-        _machines[geometry.name] = compile_machine(geometry, embedding=text)
-    return _machines[geometry.name]
 
 
 def _steps(generated: Sequence[Token]) -> list[ModelStep]:

@@ -21,10 +21,11 @@ from qwengpu.circuit import Bit, Bits, Circuit, Column, OneHot
 from qwengpu.circuit.craft import Lin, neuron, relu_of
 from qwengpu.circuit.encodings import Encoding
 from qwengpu.circuit.ir import Field
+from qwengpu.circuit.logic import match_form
 from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
 from qwengpu.isa.instr import AtomOp, Cond, Op, PredFn, Special, TermKind
 from qwengpu.isa.spec import MachineSpec
-from qwengpu.machine.rom import OPCODES, SUPPORTED_SPECIALS, TERM_KINDS, RomLayout
+from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout
 from qwengpu.machine.tokens import ADDR_BITS, ALL_LANES, KIND_NAMES, LANES, WORD_BYTES, Vocabulary
 
 Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
@@ -102,17 +103,9 @@ def pick_lane(c: Circuit, name: str, onehot: Field, f: Field) -> Field:
     )
 
 
-def value_form(f: Field, lane: int = 0) -> Lin:
-    return f.value(lane)
-
-
 def matches(f: Field, value: int, lane: int = 0) -> Lin:
     """1 when the Bits field equals `value`, <= 0 otherwise (AND of literals)."""
-    w = f.encoding.width
-    form = Lin()
-    for i in range(w):
-        form = form + (f.ch(i, lane) if (value >> i) & 1 else 1 - f.ch(i, lane))
-    return form - (w - 1)
+    return match_form([f.ch(i, lane) for i in range(f.encoding.width)], value)
 
 
 def condition_forms(hs: Field, eq: Field, ge: Field, lane: int) -> dict[Cond, Lin]:
@@ -150,7 +143,7 @@ class MachineCircuit:
 
     # -- token front end -------------------------------------------------------------------------
     def _inputs(self) -> None:
-        c, s = self.c, self.spec
+        c = self.c
         self.kind = {k: c.input(f"is_{k.lower()}", Bit()) for k in KIND_NAMES}
         self.row0 = c.input("row0", Bit())  # always 0: the address of one-row memories
         self.t_b = c.input("t_b", Bits(self.bb))
@@ -170,7 +163,6 @@ class MachineCircuit:
         self.t_cta = c.input("t_cta", Bits(4))
         self.t_ntid = c.input("t_ntid", Bits(5))
         self.t_nctaid = c.input("t_nctaid", Bits(5))
-        del s
 
     def _register(self, name: str, columns: list[Column], data: list[Field], when: Field):
         """A one-row memory written from the token (a latch), read on every token."""
@@ -535,14 +527,6 @@ class MachineCircuit:
         def m(sp: Special) -> Lin:
             return self.mode.ch(specials.index(sp))
 
-        assert set(SUPPORTED_SPECIALS) == {
-            Special.TID_X,
-            Special.NTID_X,
-            Special.CTAID_X,
-            Special.NCTAID_X,
-            Special.LANEID,
-            Special.WARPID,
-        }
         lanes = []
         for lane in range(LANES):
             chans = []
@@ -670,7 +654,7 @@ class MachineCircuit:
         )
         # the scheduler's state: (next block, live) for every (warp, lane), one memory each
         self.sched_nb, self.sched_live = {}, {}
-        ntid = value_form(self.ntid)
+        ntid = self.ntid.value()
         exit_ = self.term_is(TermKind.EXIT)
         for w in range(self.spec.warps):
             for lane in range(LANES):
@@ -718,8 +702,8 @@ class MachineCircuit:
                 for other in range(LANES):
                     if other != lane:
                         form = (
-                            value_form(self.sched_nb[w, other])
-                            - value_form(self.sched_nb[w, lane])
+                            self.sched_nb[w, other].value()
+                            - self.sched_nb[w, lane].value()
                             + big * (1 - bit(self.sched_live[w, other]))
                         )
                         ok[lane, other] = c.threshold(form, 0, name=f"le.{w}.{lane}.{other}")
@@ -781,9 +765,7 @@ class MachineCircuit:
         self.next_cta = c.lookup(
             self.cta, [min(k + 1, 15) for k in range(16)], Bits(4), name="cta.next"
         )
-        self.more_ctas = c.threshold(
-            value_form(self.nctaid) - value_form(self.cta), 2, name="cta.more"
-        )
+        self.more_ctas = c.threshold(self.nctaid.value() - self.cta.value(), 2, name="cta.more")
 
     # -- results buffer and the next token ------------------------------------------------------
     def _results(self) -> None:
