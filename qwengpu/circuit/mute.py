@@ -286,7 +286,7 @@ def mute_layers(
     for layer in layers:
         for name, idx in layer.gate_rows.items():
             if len(idx):
-                block = layer.params[name][np.ix_(idx, used)]
+                block = layer.params[name][np.ix_(idx, used)].astype(np.float64)
                 gate_bound = max(gate_bound, float(np.linalg.norm(block, axis=1).max()))
     sel = direction.rows
     circuit_norm = _row_map(x_hat, sel, used, lambda b: np.linalg.norm(b, axis=1))

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from qwengpu.circuit import CompiledCircuit, Geometry, compile_circuit
+from qwengpu.circuit import CompiledCircuit, Geometry, compile_circuit, schedule
 from qwengpu.circuit.encodings import OneHot
 from qwengpu.circuit.numerics import LOGIC_GAIN
 from qwengpu.errors import CircuitError
@@ -113,14 +113,19 @@ class CompiledMachine:
 
     def state_dicts(self, dtype: Any = None) -> list[dict]:
         """Circuit layer state dicts, the last layer's MLP carrying the output amplifier."""
-        sds = self.compiled.state_dicts(dtype)
-        last = self.compiled.layers[-1]
-        if last.neurons:
-            raise CircuitError(
-                "the machine's last layer has MLP neurons; no room for the amplifier"
-            )
-        sds[-1].update(self._amplifier(sds[-1]))
-        return sds
+        return [self.layer_state_dict(i, dtype) for i in range(len(self.compiled.layers))]
+
+    def layer_state_dict(self, index: int, dtype: Any = None) -> dict:
+        """One circuit layer's state dict (for streaming a checkpoint layer by layer)."""
+        layer = self.compiled.layers[index]
+        sd = layer.state_dict(dtype)
+        if index == len(self.compiled.layers) - 1:
+            if layer.neurons:
+                raise CircuitError(
+                    "the machine's last layer has MLP neurons; no room for the amplifier"
+                )
+            sd.update(self._amplifier(sd))
+        return sd
 
     def _amplifier(self, sd: dict) -> dict:
         """MLP units x -> x + 2 L x - L on every code channel (L = OUTPUT_LEVEL): one unit
@@ -146,7 +151,7 @@ class CompiledMachine:
         gate[bias, anchors[0]] = k / unit
         up[bias, anchors[0]] = 1.0 / unit
         down[self.code_dims, bias] = -OUTPUT_LEVEL / k
-        gate[: bias + 1] += mute
+        gate += mute  # every row, as the circuit's own layers (circuit/emit.py)
         return {
             "mlp.gate_proj.weight": torch.tensor(gate, dtype=dtype),
             "mlp.up_proj.weight": torch.tensor(up, dtype=dtype),
@@ -164,6 +169,15 @@ def compile_machine(
     machine = MachineCircuit(spec)
     compiled = compile_circuit(machine.c, geometry, embedding=embedding, mute_rows=mute_rows)
     return CompiledMachine(machine, compiled)
+
+
+def machine_layout(geometry: Geometry, spec: MachineSpec = MACHINE_SPEC) -> CompiledMachine:
+    """The machine's schedule without its weights: which layers, heads and rows hold each
+    memory and which dims each field, enough to drive a built checkpoint and read its
+    state. The schedule is deterministic, so it is the one the checkpoint was built with."""
+    machine = MachineCircuit(spec)
+    layout = CompiledCircuit(machine.c, schedule(machine.c, geometry), layers=[], mute=None)
+    return CompiledMachine(machine, layout)
 
 
 def build_launch_model(
@@ -204,8 +218,8 @@ def build_launch_model(
         np.zeros(g.hidden) if final_norm_weight is None else np.asarray(final_norm_weight, float)
     )
     with torch.no_grad():
-        for i, sd in enumerate(machine.state_dicts(dtype)):
-            model.model.layers[i].load_state_dict(sd, strict=True)
+        for i in range(len(machine.layer_types)):  # one layer's tensors alive at a time
+            model.model.layers[i].load_state_dict(machine.layer_state_dict(i, dtype), strict=True)
         emb = np.concatenate([np.asarray(text_embedding, float), machine.token_embeddings()])
         model.model.embed_tokens.weight.copy_(torch.tensor(emb).to(dtype))
         head = np.concatenate(
@@ -235,18 +249,13 @@ UNITS: tuple[tuple[str, str], ...] = (
 )
 
 
-def layer_map(machine: CompiledMachine) -> str:
-    """Which layer holds which memory (DeltaNet heads) and which ops (MLP), per layer."""
-    sched = machine.compiled.schedule
-    lines = [
-        f"qgpu machine on {machine.geometry.name}: {sched.layers_used} layers used of "
-        f"{sched.num_layers} ({machine.spec.describe()}); {len(machine.vocab)} circuit tokens"
-    ]
-    for plan in sched.layers:
+def layer_lines(machine: CompiledMachine) -> list[str]:
+    """One line per circuit layer: its memories (DeltaNet heads), units and MLP ops."""
+    lines = []
+    for plan in machine.compiled.schedule.layers:
         mems = sorted({slot.memory.name for slot in plan.slots})
         heads = sum(len(slot.value_heads) for slot in plan.slots)
         ops = [op.name for op in plan.mlp_ops]
-        neurons = len(plan.neurons)
         unit_names = sorted(
             {
                 label
@@ -255,17 +264,28 @@ def layer_map(machine: CompiledMachine) -> str:
                 if name == prefix or (name.startswith(prefix) and name[len(prefix) :].isdigit())
             }
         )
-        lines.append(
-            f"L{plan.index:<3} {plan.kind:<16} heads {heads:>2}  neurons {neurons:>5}  "
-            f"memories: {', '.join(mems) or '-'}"
+        line = (
+            f"L{plan.index:<3} {plan.kind:<16} heads {heads:>2}  neurons {len(plan.neurons):>5}"
+            f"  memories: {', '.join(mems) or '-'}"
         )
         if unit_names:
-            lines.append(f"     units: {'; '.join(unit_names)}")
+            line += f"\n     units: {'; '.join(unit_names)}"
         if ops:
             shown = ", ".join(ops[:12]) + (f" (+{len(ops) - 12} more)" if len(ops) > 12 else "")
-            lines.append(f"     mlp: {shown}")
-    lines.append(
+            line += f"\n     mlp: {shown}"
+        lines.append(line)
+    return lines
+
+
+def layer_map(machine: CompiledMachine) -> str:
+    """Which layer holds which memory (DeltaNet heads) and which ops (MLP), per layer."""
+    sched = machine.compiled.schedule
+    header = (
+        f"qgpu machine on {machine.geometry.name}: {sched.layers_used} layers used of "
+        f"{sched.num_layers} ({machine.spec.describe()}); {len(machine.vocab)} circuit tokens"
+    )
+    footer = (
         "last layer's MLP: output amplifier (next-token code to +-2^16); "
         f"code dims: {len(machine.code_dims)}"
     )
-    return "\n".join(lines)
+    return "\n".join([header, *layer_lines(machine), footer])

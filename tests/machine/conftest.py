@@ -4,6 +4,8 @@ of 36 layers takes several GB)."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,7 @@ class Backends:
 
         if self.dtype != dtype_name:
             self.backend = None
+            gc.collect()  # free the previous model (its modules hold cycles) before the next
             rng = np.random.default_rng(3)
             norm = rng.normal(0.0, 0.1, QWEN35_2B.hidden)  # a base's final-norm weights
             model, offset = build_launch_model(
