@@ -64,6 +64,9 @@ class CircuitLayers:
     spec, compiler_version: what the checkpoint is bound to; the runtime refuses others.
     layer_map:       one human line per layer (what it holds), for the model card.
     extra:           JSON-serialisable facts to record in the manifest.
+    suppress_in_text: the circuit tokens' output rows are live on text positions too (the
+                     base's final hidden state is arbitrary there), so the generation
+                     config suppresses them: plain `generate()` only ever picks text.
     """
 
     layers: Sequence[CircuitLayer]
@@ -75,6 +78,7 @@ class CircuitLayers:
     compiler_version: str
     layer_map: Sequence[str] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    suppress_in_text: bool = False
 
     @property
     def layer_types(self) -> list[str]:
@@ -127,6 +131,9 @@ class BaseInfo:
     tied_embeddings: bool
     text_token_ids: torch.Tensor  # every id the base tokenizer can produce
     text_embeddings: torch.Tensor  # their embedding rows, (n_text, hidden), storage dtype
+    # the base's final RMSNorm weight (hidden,): the norm multiplies by (1 + weight) before
+    # the lm_head, so output rows that must score exactly divide by it (None: all zeros)
+    final_norm_weight: torch.Tensor | None = None
 
     @property
     def hidden_size(self) -> int:

@@ -14,7 +14,7 @@ from qwengpu.model.defaults import default_base
 
 # name -> "module:attribute" of a CircuitCompiler (a class or a ready instance)
 CIRCUITS = {
-    "machine": "qwengpu.machine:circuit_compiler",
+    "machine": "qwengpu.model.machine_circuit:MachineCircuitCompiler",
     "passthrough": "qwengpu.model.passthrough:PassthroughCircuit",
 }
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.I)
@@ -29,21 +29,12 @@ def parse_size(text: str) -> int:
     return int(float(match[1]) * scale)
 
 
-def circuit_compiler(name: str, say=print):
-    """The circuit compiler registered as `name` ('machine' falls back to 'passthrough')."""
+def circuit_compiler(name: str):
+    """The circuit compiler registered as `name`."""
     if name not in CIRCUITS:
         raise ModelError(f"unknown circuit '{name}' (known: {', '.join(CIRCUITS)})")
     module_name, attribute = CIRCUITS[name].split(":")
-    try:
-        factory = getattr(import_module(module_name), attribute)
-    except (ImportError, AttributeError):
-        if name != "machine":
-            raise ModelError(f"circuit '{name}' is not available") from None
-        say(
-            "the GPU circuit (qwengpu.machine) is not available yet; building the "
-            "passthrough circuit instead: muted do-nothing layers, text unchanged, no GPU"
-        )
-        return circuit_compiler("passthrough", say)
+    factory = getattr(import_module(module_name), attribute)
     return factory() if isinstance(factory, type) else factory
 
 
@@ -71,7 +62,7 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
 def build_cli(args: argparse.Namespace) -> int:
     from qwengpu.model.merge import build_checkpoint
 
-    compiler = circuit_compiler(args.circuit, _say)
+    compiler = circuit_compiler(args.circuit)
     try:
         result = build_checkpoint(
             args.base or default_base(),

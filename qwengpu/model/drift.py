@@ -11,6 +11,7 @@ probability mass the merged model puts on them, and how often one would win the 
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,9 +36,10 @@ class DriftReport:
     max_abs_logit_diff: float
     kl_mean: float  # KL(base || merged) over the compared rows, nats per token
     kl_max: float
-    top1_agreement: float  # argmax over the merged model's whole vocabulary == base argmax
+    top1_agreement: float  # merged argmax over what generate() may pick == base argmax
     circuit_mass_max: float  # largest probability the merged model gives circuit tokens
-    circuit_top1: int  # positions where a circuit token would win the argmax
+    circuit_top1: int  # positions where a circuit token would win the raw argmax
+    suppressed: int = 0  # tokens the merged generation config suppresses (circuit tokens)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -48,11 +50,15 @@ class DriftReport:
             if self.logits_identical
             else f"max |dlogit| {self.max_abs_logit_diff:.3g}"
         )
+        circuit = (
+            f"circuit tokens: max mass {self.circuit_mass_max:.3g}, argmax at "
+            f"{self.circuit_top1} positions"
+        )
+        if self.suppressed:
+            circuit += f" (all {self.suppressed} suppressed in generation)"
         return (
             f"{self.dtype:9s} {self.tokens} tokens: {same}; KL mean {self.kl_mean:.3g} max "
-            f"{self.kl_max:.3g} nats; top-1 agreement {self.top1_agreement:.4f}; circuit "
-            f"tokens: max mass {self.circuit_mass_max:.3g}, argmax at {self.circuit_top1} "
-            "positions"
+            f"{self.kl_max:.3g} nats; top-1 agreement {self.top1_agreement:.4f}; {circuit}"
         )
 
 
@@ -104,6 +110,14 @@ def _circuit_ids(merged_dir: Path, base_rows: int, total: int):
     return torch.tensor(ids, dtype=torch.long)
 
 
+def _suppressed_ids(merged_dir: Path) -> list[int]:
+    """The token ids the merged generation config keeps generate() from picking."""
+    path = merged_dir / "generation_config.json"
+    if not path.is_file():
+        return []
+    return [int(i) for i in json.loads(path.read_text()).get("suppress_tokens") or []]
+
+
 def measure_drift(
     base_dir: str | Path,
     merged_dir: str | Path,
@@ -119,6 +133,7 @@ def measure_drift(
         if dtype not in ("bfloat16", "float32"):
             raise ModelError(f"drift dtype {dtype!r}: use bfloat16 or float32 (no float16)")
     sequences = tokenize_for_drift(base_dir, merged_dir, texts, max_tokens)
+    suppressed = _suppressed_ids(merged_dir)
     reports = []
     for dtype in dtypes:
         base_logits = _logits(base_dir, dtype, sequences)
@@ -132,6 +147,8 @@ def measure_drift(
         keep[circuit[circuit < rows]] = False
         is_circuit = torch.zeros(total, dtype=torch.bool)
         is_circuit[circuit] = True
+        pickable = torch.ones(total, dtype=torch.bool)  # what generate() may emit
+        pickable[suppressed] = False
         identical, max_diff, kls, agree, mass, circuit_top1, count = True, 0.0, [], 0, 0.0, 0, 0
         for b, m in zip(base_logits, merged_logits, strict=True):
             base_part, text_part = b[:, keep], m[:, :rows][:, keep]
@@ -143,8 +160,9 @@ def measure_drift(
             full = torch.softmax(m.double(), -1)
             mass = max(mass, float(full[:, is_circuit].sum(-1).max()))
             winner = m.argmax(-1)
-            agree += int((winner == b.argmax(-1)).sum())
             circuit_top1 += int(is_circuit[winner].sum())
+            picked = m.masked_fill(~pickable, float("-inf")).argmax(-1)
+            agree += int((picked == b.argmax(-1)).sum())
             count += b.shape[0]
         kl = torch.cat(kls)
         reports.append(
@@ -158,6 +176,7 @@ def measure_drift(
                 top1_agreement=agree / count,
                 circuit_mass_max=mass,
                 circuit_top1=circuit_top1,
+                suppressed=len(suppressed),
             )
         )
         del base_logits, merged_logits

@@ -159,6 +159,7 @@ def _base_info(base: BaseCheckpoint) -> BaseInfo:
         rows = embed[: len(ids)]
     else:
         rows = embed[torch.tensor(ids)]
+    norm_key = f"{base.prefix}norm.weight"
     return BaseInfo(
         source=base.source,
         text_config=copy.deepcopy(base.text_config),
@@ -168,6 +169,7 @@ def _base_info(base: BaseCheckpoint) -> BaseInfo:
         tied_embeddings=base.tied,
         text_token_ids=torch.tensor(ids),
         text_embeddings=rows,
+        final_norm_weight=base.load(norm_key) if norm_key in base.tensors else None,
     )
 
 
@@ -335,12 +337,18 @@ def _write_aux(base: BaseCheckpoint, work: Path, circuit: CircuitLayers) -> None
     first = base.first_free_id
     check_tokenizer(work, add_circuit_tokens(work, circuit.token_strings, first))
     generation = base.directory / "generation_config.json"
-    if generation.is_file():
+    if not circuit.suppress_in_text and generation.is_file():
         shutil.copyfile(generation, work / "generation_config.json")
+        return
+    if generation.is_file():
+        config = json.loads(generation.read_text())
     else:
         text = base.text_config
-        defaults = {key: text.get(key) for key in ("eos_token_id", "pad_token_id")}
-        (work / "generation_config.json").write_text(json.dumps(defaults, indent=2) + "\n")
+        config = {key: text.get(key) for key in ("eos_token_id", "pad_token_id")}
+    if circuit.suppress_in_text:
+        # plain generate() must never pick a circuit token; launches take their own argmax
+        config["suppress_tokens"] = list(range(first, first + len(circuit.token_strings)))
+    (work / "generation_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _jsonable(value: Any) -> Any:

@@ -200,3 +200,42 @@ def test_a_fresh_process_loads_it_with_plain_transformers(tiny_checkpoint, tiny_
     assert result["layers"] == 8 and result["generated"].startswith("Hello there")
     assert result["image_finite"] and result["image_same_as_base"]
     assert result["circuit_token"] == 248077
+
+
+@pytest.mark.parametrize("suppress", [True, False])
+def test_circuit_tokens_that_score_on_text_are_suppressed_in_generation(
+    tiny_base, tmp_path, suppress
+):
+    """Circuit tokens whose output rows are live on text positions (the machine's: they
+    score its code) would win plain generate(); `suppress_in_text` puts them in the
+    generation config's suppress_tokens, and generation is the base's again."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from qwengpu.model.merge import build_checkpoint
+    from qwengpu.model.passthrough import PassthroughCircuit
+
+    class LoudTokens(PassthroughCircuit):
+        def __call__(self, base):
+            layers = super().__call__(base)
+            loud = 64.0 * torch.sign(
+                torch.randn(layers.input_rows.shape, generator=torch.Generator().manual_seed(1))
+            )
+            return dataclasses.replace(layers, output_rows=loud, suppress_in_text=suppress)
+
+    out = tmp_path / "loud"
+    build_checkpoint(tiny_base, out, LoudTokens())
+    generation = json.loads((out / "generation_config.json").read_text())
+    first = tiny_base.first_free_id
+    circuit_ids = list(range(first, first + len(DEFAULT_TOKENS)))
+    assert generation.get("suppress_tokens", []) == (circuit_ids if suppress else [])
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    ids = tokenizer("The dot product of [1, 2, 3] and [4, 5, 6] is", return_tensors="pt")
+    sequences = []
+    for directory in (tiny_base.directory, out):
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+        sequences.append(model.generate(**ids, max_new_tokens=6, do_sample=False)[0])
+    picked_circuit = any(int(t) in circuit_ids for t in sequences[1])
+    assert picked_circuit != suppress
+    assert torch.equal(sequences[0], sequences[1]) == suppress

@@ -1,0 +1,111 @@
+"""The qgpu machine as a circuit compiler: what `qgpu build --circuit machine` merges in.
+
+The machine (qwengpu.machine) is compiled for the base's own geometry and muted against
+the base's own text rows. The checkpoint gets its layers (the last one's MLP carries the
+output amplifier), the circuit tokens' embedding rows, and their lm_head rows, which
+score the circuit's next-token code through the base's final norm. The manifest records
+the geometry, so a runtime can rebuild the machine's layout (`machine_layout`) to drive
+the checkpoint and read its memories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from types import SimpleNamespace
+from typing import Any
+
+from qwengpu.circuit import GEOMETRIES, Geometry, geometry_from_config
+from qwengpu.errors import ModelError
+from qwengpu.isa.spec import MachineSpec
+from qwengpu.machine.model import MACHINE_SPEC, CompiledMachine, compile_machine, layer_lines
+from qwengpu.machine.tokens import Token
+from qwengpu.model.circuit_layers import BaseInfo, CircuitLayer, CircuitLayers
+
+MACHINE_COMPILER_VERSION = "qgpu-machine-1"
+"""Bumped whenever the machine's weights or tokens change: a checkpoint built by another
+version is refused (and a cached default checkpoint rebuilt)."""
+
+
+def token_string(t: Token) -> str:
+    """The tokenizer string of a circuit token: `<|qgpu:EXEC(b=0,w=1,mask=3)|>`."""
+    return f"<|qgpu:{t}|>"
+
+
+def base_geometry(text_config: Mapping[str, Any]) -> Geometry:
+    """The circuit geometry of a Qwen3.5 text config, named after the preset it matches."""
+    fields = SimpleNamespace(
+        **{"linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6} | dict(text_config)
+    )
+    try:
+        geometry = geometry_from_config(fields)
+    except AttributeError as exc:
+        raise ModelError(f"the base's text config lacks a Qwen3.5 field: {exc}") from None
+    for preset in GEOMETRIES.values():
+        same_shapes = dataclasses.replace(
+            preset, name=geometry.name, vocab_size=geometry.vocab_size
+        )
+        if same_shapes == geometry:
+            return dataclasses.replace(geometry, name=preset.name)
+    return geometry
+
+
+def geometry_record(geometry: Geometry) -> dict[str, Any]:
+    """The geometry as the manifest stores it (`geometry_from_record` reads it back)."""
+    return dataclasses.asdict(geometry)
+
+
+def geometry_from_record(record: Mapping[str, Any]) -> Geometry:
+    try:
+        return Geometry(**record)
+    except TypeError as exc:
+        raise ModelError(f"the manifest's machine geometry is not readable: {exc}") from None
+
+
+@dataclass
+class MachineCircuitCompiler:
+    """CircuitCompiler for the qgpu machine (registered as `qgpu build --circuit machine`)."""
+
+    spec: MachineSpec = MACHINE_SPEC
+    compiler_version: str = MACHINE_COMPILER_VERSION
+
+    def __call__(self, base: BaseInfo) -> CircuitLayers:
+        import numpy as np
+        import torch
+
+        geometry = base_geometry(base.text_config)
+        machine = compile_machine(geometry, self.spec, embedding=base.text_embeddings)
+        norm = base.final_norm_weight
+        norm_w = np.zeros(geometry.hidden) if norm is None else norm.double().numpy()
+        # the lm_head rows must survive storage: round them to the checkpoint's dtype here
+        output_rows = torch.tensor(machine.output_rows(1.0 + norm_w))
+        output_rows = output_rows.to(base.storage_dtype).to(torch.float32)
+        layers = [
+            CircuitLayer(kind, partial(machine.layer_state_dict, i, torch.float32))
+            for i, kind in enumerate(machine.layer_types)
+        ]
+        return CircuitLayers(
+            layers=layers,
+            token_strings=[token_string(t) for t in machine.vocab.tokens],
+            input_rows=torch.tensor(machine.token_embeddings(), dtype=torch.float32),
+            output_rows=output_rows,
+            mute_direction=torch.tensor(machine.compiled.mute.vector(geometry.hidden)),
+            spec=self.spec,
+            compiler_version=self.compiler_version,
+            layer_map=layer_lines(machine),
+            extra=_facts(machine),
+            suppress_in_text=True,  # their rows score the code, and text can look like one
+        )
+
+
+def _facts(machine: CompiledMachine) -> dict[str, Any]:
+    sched = machine.compiled.schedule
+    return {
+        "circuit": "machine",
+        "geometry": geometry_record(machine.geometry),
+        "layers_used": sched.layers_used,
+        "code_dims": len(machine.code_dims),
+        "mute": machine.compiled.mute.describe(),
+    }

@@ -1,0 +1,98 @@
+"""The machine merged into a full-size synthetic base by `qgpu build`, then used the way a
+user would: plain transformers in a fresh process, `qgpu run --model DIR`, `qgpu drift`.
+
+Slow (run with -m slow): the 2B build takes about 15 minutes and 8 GB of disk on 2 CPU
+cores, each launch a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+DOT_ARGS = ["--arg", "int32:[1,2,3]", "--arg", "int32:[4,5,6]", "--arg", "int32:[0]"]
+
+
+@pytest.fixture(scope="module")
+def machine_2b(qwengpu_cache, tmp_path_factory):
+    from qwengpu.model.machine_circuit import MachineCircuitCompiler
+    from qwengpu.model.merge import build_checkpoint
+
+    out = tmp_path_factory.mktemp("machine-2b") / "merged"
+    result = build_checkpoint("synthetic:2b", out, MachineCircuitCompiler())
+    return out, result.manifest
+
+
+def _qgpu(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """`qgpu ARGS` in a fresh process (nothing of this test's imports carries over)."""
+    command = [sys.executable, "-m", "qwengpu.cli.main", *args]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_the_manifest_describes_the_machine(machine_2b):
+    from qwengpu.machine.model import MACHINE_SPEC
+    from qwengpu.model.manifest import spec_from_dict
+
+    _, manifest = machine_2b
+    circuit = manifest["circuit"]
+    assert spec_from_dict(manifest["machine_spec"]) == MACHINE_SPEC
+    assert circuit["extra"]["circuit"] == "machine"
+    assert circuit["extra"]["geometry"]["name"] == "qwen3.5-2b"
+    assert circuit["num_layers"] <= 45 and len(circuit["layer_map"]) == circuit["num_layers"]
+    assert manifest["muting"]["worst_gate_bound"] <= -128
+    assert circuit["embeddings_untied_by_build"]  # output rows score the circuit's code
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_dot_product_through_the_built_checkpoint(machine_2b, dtype):
+    path, _ = machine_2b
+    done = _qgpu(
+        "run", "examples/dot.cu", "--backend", "model", "--model", str(path), "--dtype", dtype,
+        "--check", *DOT_ARGS, "--arg", "int32:3", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["args"][2] == [32] and result["checked"] and result["tokens"] > 0
+
+
+def test_text_is_unchanged(machine_2b):
+    from qwengpu.model.base import resolve_base
+    from qwengpu.model.drift import measure_drift
+
+    path, manifest = machine_2b
+    reports = measure_drift(resolve_base("synthetic:2b").directory, path, max_tokens=48)
+    assert all(r.logits_identical and r.kl_max == 0 for r in reports), [r.line() for r in reports]
+    # the circuit tokens' rows score on text too, but generate() never sees them
+    assert all(r.suppressed == len(manifest["circuit"]["tokens"]) for r in reports)
+    assert all(r.top1_agreement >= 0.9 for r in reports), [r.line() for r in reports]
+
+
+LOAD = """
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+lm = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
+out = lm.generate(**tok("The answer is", return_tensors="pt"), max_new_tokens=6, do_sample=False)
+print(json.dumps({"ids": out[0].tolist(), "vocab": len(tok)}))
+"""
+
+
+def test_plain_generation_writes_text(machine_2b):
+    path, manifest = machine_2b
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    circuit_ids = set(manifest["circuit"]["tokens"].values())
+    assert len(result["ids"]) > 4 and not circuit_ids & set(result["ids"])
