@@ -1,7 +1,7 @@
 """Peak memory and time of `qgpu build` (issue 5: the 2B build must fit in 16 GB of RAM).
 
-    uv run python benchmarks/build_memory.py                 # synthetic:2b, passthrough
-    uv run python benchmarks/build_memory.py --base synthetic:0.8b --keep
+    uv run python benchmarks/build_memory.py                 # synthetic:2b, the machine
+    uv run python benchmarks/build_memory.py --base synthetic:0.8b --circuit passthrough
 
 Each phase runs in its own process so that its peak RSS is its own: (1) getting the base
 (for synthetic:* this generates it into the qwengpu cache, once), (2) the build itself,
@@ -56,9 +56,12 @@ def _phase(args: argparse.Namespace) -> None:
         base = resolve_base(args.base, progress=say)
         detail = base.describe()
     else:
+        from qwengpu.model.cli import circuit_compiler
+
         result = build_checkpoint(
             args.base,
             Path(args.out),
+            circuit_compiler(args.circuit),
             progress=say,
         )
         size = sum(p.stat().st_size for p in result.path.iterdir())
@@ -72,6 +75,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="synthetic:2b")
     parser.add_argument("--out", help="where to build (default: a temporary directory)")
+    parser.add_argument("--circuit", default="machine", help="machine (default) or passthrough")
     parser.add_argument("--keep", action="store_true", help="keep the built checkpoint")
     parser.add_argument("--phase", choices=("base", "build"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -93,6 +97,8 @@ def main() -> int:
                 args.base,
                 "--out",
                 str(out),
+                "--circuit",
+                args.circuit,
             ]
             done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
             figures = json.loads(done.stdout.strip().splitlines()[-1])

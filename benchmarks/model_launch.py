@@ -1,10 +1,11 @@
 """Launch speed of the model backend: tokens per second written by the model, per dtype,
 against the interpreter's launch of the same program in the same process (the baseline).
 
-    uv run python benchmarks/model_launch.py [--kernel examples/dot.cu] [--dtype float32]
+    uv run python benchmarks/model_launch.py [--dtype float32] [--model memory|DIR]
 
-Builds the in-memory machine model (the machine at the Qwen3.5-2B geometry and 4 base
-layers; about 2 minutes on 2 CPU cores), then times one launch of the dot product.
+By default builds the in-memory machine model (the machine at the Qwen3.5-2B geometry
+and 4 base layers; about 2 minutes on 2 CPU cores); `--model DIR` loads a checkpoint from
+`qgpu build` instead. Then times one launch of the dot product per dtype.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from qwengpu import api
-from qwengpu.host.model_backend import default_backend
+from qwengpu.host.model_backend import model_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,15 +34,18 @@ def dot_args() -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dtype", action="append", choices=("float32", "bfloat16"))
+    parser.add_argument("--model", default="memory", help="memory (default) or a checkpoint")
     args = parser.parse_args()
-    program = api.compile((ROOT / "examples" / "dot.cu").read_text(), spec=api.model_spec())
+    dtypes = args.dtype or ["float32", "bfloat16"]
+    spec = model_backend(args.model, dtype=dtypes[0]).machine.spec
+    program = api.compile((ROOT / "examples" / "dot.cu").read_text(), spec=spec)
 
     start = time.perf_counter()
     api.launch(program, 1, 4, dot_args())
     interp_s = time.perf_counter() - start
     print(f"interpreter: {interp_s * 1e3:.2f} ms per launch (baseline)")
-    for dtype in args.dtype or ["float32", "bfloat16"]:
-        backend = default_backend(dtype)
+    for dtype in dtypes:
+        backend = model_backend(args.model, dtype=dtype)
         launch_args = dot_args()
         run = backend.launch(program, 1, 4, launch_args)
         assert int(launch_args[2][0]) == 32

@@ -32,11 +32,13 @@ def compile(  # noqa: A001 - the CuPy/NVRTC verb
     return lower_ptx(ptx, name, spec=spec)
 
 
-def model_spec() -> MachineSpec:
-    """The MachineSpec of the machine compiled into the model (one instruction per block)."""
-    from qwengpu.machine.model import MACHINE_SPEC
+def model_spec(model: Any = None, dtype: str = "float32") -> MachineSpec:
+    """The MachineSpec of the machine compiled into `model` (as for `launch`); programs
+    for the model backend are lowered for it."""
+    from qwengpu.host.model_backend import ModelBackend, model_backend
 
-    return MACHINE_SPEC
+    backend = model if isinstance(model, ModelBackend) else model_backend(model, dtype=dtype)
+    return backend.machine.spec
 
 
 def lower_ptx(ptx: str, name: str | None = None, *, spec: MachineSpec = DEFAULT_SPEC) -> Program:
@@ -79,8 +81,10 @@ def launch(
 ) -> LaunchResult:
     """Run one launch; arrays in `args` are updated in place with their final contents.
 
-    backend "model": the merged model writes the launch (`model`: a ModelBackend, default
-    the in-memory one for `dtype`); `check` replays it against the interpreter."""
+    backend "model": the merged model writes the launch. `model` is a ModelBackend, a
+    checkpoint directory from `qgpu build`, "memory" (the machine and random base layers
+    built in memory) or None (the default checkpoint, built on first use); `dtype` is its
+    float32 or bfloat16. `check` replays the launch against the interpreter."""
     if backend not in BACKENDS:
         raise ArgError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
     if backend == "model":
@@ -104,9 +108,9 @@ def launch(
 
 
 def _launch_on_model(program, grid, block, args, max_steps, check, dtype, model, progress):
-    from qwengpu.host.model_backend import default_backend
+    from qwengpu.host.model_backend import ModelBackend, model_backend
 
-    backend = model if model is not None else default_backend(dtype)
+    backend = model if isinstance(model, ModelBackend) else model_backend(model, dtype=dtype)
     run = backend.launch(program, grid, block, args, max_steps=max_steps, progress=progress)
     checked = False
     if check:
@@ -130,16 +134,23 @@ class RawKernel:
         backend: str = "interp",
         options: Sequence[str] = (),
         dtype: str = "float32",
+        model: Any = None,
     ) -> None:
         self.code = code
         self.name = name
         self.compiler = compiler
-        if spec is None:
-            spec = model_spec() if backend == "model" else DEFAULT_SPEC
-        self.spec = spec
+        self._spec = spec
         self.backend = backend
         self.dtype = dtype
+        self.model = model
         self.options = tuple(options)
+
+    @cached_property
+    def spec(self) -> MachineSpec:
+        """The given spec, else the model's machine (backend "model"), else the default."""
+        if self._spec is not None:
+            return self._spec
+        return model_spec(self.model, self.dtype) if self.backend == "model" else DEFAULT_SPEC
 
     @cached_property
     def program(self) -> Program:
@@ -163,4 +174,5 @@ class RawKernel:
             backend=self.backend,
             max_steps=max_steps,
             dtype=self.dtype,
+            model=self.model,
         )

@@ -81,6 +81,10 @@ def _jsonable(value: object) -> object:
     return value
 
 
+def _say(message: str) -> None:
+    print(f"qgpu: {message}", file=sys.stderr, flush=True)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from qwengpu.api import lower_ptx
     from qwengpu.cuda import compile_cuda
@@ -107,10 +111,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     source = _read_source(args.file)
     compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
     if args.backend == "model":
-        from qwengpu.api import model_spec
-        from qwengpu.host.model_backend import stderr_progress
+        from qwengpu.host.model_backend import model_backend, stderr_progress
 
-        program = lower_ptx(compiled.ptx, args.kernel, spec=model_spec())
+        backend = model_backend(
+            args.model, dtype=args.dtype, base=args.base, device=args.device, progress=_say
+        )
+        program = lower_ptx(compiled.ptx, args.kernel, spec=backend.machine.spec)
         result = launch(
             program,
             grid,
@@ -119,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             backend="model",
             max_steps=args.max_steps,
             check=args.check,
-            dtype=args.dtype,
+            model=backend,
             progress=stderr_progress,
         )
     else:
@@ -229,8 +235,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="interp (the reference interpreter, default) or model (the model writes the launch)",
     )
     p.add_argument(
+        "--model",
+        help="model backend: a checkpoint from `qgpu build`, or 'memory' (the machine and 4 "
+        "random base layers, built in memory); default: the cached default checkpoint, "
+        "built from --base on first use",
+    )
+    p.add_argument(
+        "--base",
+        help="the base of the default checkpoint (default: $QWENGPU_BASE or Qwen/Qwen3.5-2B)",
+    )
+    p.add_argument(
         "--dtype", default="float32", choices=("float32", "bfloat16"), help="model backend dtype"
     )
+    p.add_argument("--device", help="model backend device (default: cuda, else mps, else cpu)")
     p.add_argument(
         "--check", action="store_true", help="replay the model's launch against the interpreter"
     )

@@ -13,11 +13,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qwengpu.errors import ArgError, LaunchError
+from qwengpu.errors import ArgError, CheckpointError, LaunchError
 from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
 from qwengpu.isa.instr import Program
 from qwengpu.isa.spec import WORD_MASK
@@ -26,6 +27,7 @@ from qwengpu.machine.rom import check_supported, encode_block, live_outs
 from qwengpu.machine.tokens import MAX_CTAS, MAX_NTID, Token, token
 
 WORD_BYTES = 4
+PROGRESS_EVERY = 16  # EXEC steps between progress reports
 
 
 def word_tokens(value: int, byte_kind: str, final_kind: str, **extra: int) -> list[Token]:
@@ -135,8 +137,9 @@ class ModelBackend:
         end_id = self.ids([token("END")])[0]
         start = time.perf_counter()
         model = self.model
+        device = model.device
         with torch.no_grad():
-            ids = torch.tensor([self.ids(prompt)])
+            ids = torch.tensor([self.ids(prompt)], device=device)
             cache = DynamicCache(config=model.config)
             if prefill:
                 out = model(input_ids=ids, cache=cache, use_cache=True)
@@ -144,17 +147,25 @@ class ModelBackend:
                 for t in range(ids.shape[1]):
                     out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
             generated: list[Token] = []
-            execs = 0
+            execs, cta = 0, 0
             # greedy decoding, one token per forward with the cache (the recurrent path)
             token_budget = budget * 64
             while True:
                 next_id = int(out.logits[0, -1].argmax())
                 t = self._token(next_id)
                 generated.append(t)
+                if t.kind == "CTA":
+                    cta = t.get("cta")
                 if t.kind == "EXEC":
                     execs += 1
-                    if progress and execs % 16 == 0:
-                        progress(f"{execs} EXEC steps, {len(generated)} tokens")
+                if progress and (
+                    next_id == end_id or t.kind == "EXEC" and execs % PROGRESS_EVERY == 0
+                ):
+                    done = self.warps_done(cache, block3[0])
+                    progress(
+                        f"CTA {cta + 1}/{grid3[0]}: {done}/{self._warps(block3[0])} warps "
+                        f"done; {execs} EXEC steps, {len(generated)} tokens"
+                    )
                 if next_id == end_id:
                     break
                 if execs > budget or len(generated) > token_budget:
@@ -162,7 +173,8 @@ class ModelBackend:
                         f"the launch ran past its step budget of {budget} EXEC steps "
                         f"(last token {t}); raise max_steps if the kernel is meant to run longer"
                     )
-                out = model(input_ids=torch.tensor([[next_id]]), cache=cache, use_cache=True)
+                step_ids = torch.tensor([[next_id]], device=device)
+                out = model(input_ids=step_ids, cache=cache, use_cache=True)
         seconds = time.perf_counter() - start
         words = self.read_memory(cache)
         copy_back(image, words)
@@ -194,6 +206,20 @@ class ModelBackend:
                     states[i] = s.double().cpu().numpy()
         return states
 
+    def _warps(self, ntid: int) -> int:
+        return -(-ntid // self.machine.spec.lanes)
+
+    def warps_done(self, cache: Any, ntid: int) -> int:
+        """Warps of the current CTA whose lanes have all exited, from the scheduler's live
+        bits in the recurrent state (for the progress display)."""
+        states = self.recurrent_states(cache)
+        lanes, done = self.machine.spec.lanes, 0
+        for w in range(self._warps(ntid)):
+            threads = range(w * lanes, min(ntid, (w + 1) * lanes))
+            rows = [self.machine.compiled.memory_rows(states, f"sched{t}") for t in threads]
+            done += not any(int(r[0, 0, -1]) for r in rows)  # the live column is the last
+        return done
+
     def read_memory(self, cache: Any) -> list[int]:
         """Final memory words, from the first copy of the memory in the recurrent state."""
         rows = self.machine.compiled.memory_rows(self.recurrent_states(cache), "mem0")[0]
@@ -201,10 +227,93 @@ class ModelBackend:
         return [int(v) for v in (rows * weights).sum(axis=-1)]
 
 
+def checkpoint_backend(
+    directory: str | Path, dtype: str = "float32", device: str | None = None
+) -> ModelBackend:
+    """A ModelBackend on a checkpoint from `qgpu build --circuit machine`, loaded with plain
+    transformers. The manifest names the machine (MachineSpec, compiler version, geometry);
+    its layout is rebuilt here (the schedule is deterministic) and checked against the
+    checkpoint's layer types and circuit token ids."""
+    from qwengpu.machine.model import machine_layout
+    from qwengpu.model.machine_circuit import (
+        MACHINE_COMPILER_VERSION,
+        geometry_from_record,
+        token_string,
+    )
+    from qwengpu.model.manifest import load_checkpoint, read_manifest, spec_from_dict
+
+    if dtype not in ("float32", "bfloat16"):
+        raise ArgError(f"--dtype {dtype}: the machine is exact in float32 and bfloat16 only")
+    manifest = read_manifest(Path(directory))
+    extra = manifest.get("circuit", {}).get("extra", {})
+    if extra.get("circuit") != "machine":
+        raise CheckpointError(
+            f"{directory} holds no qgpu machine (circuit: {extra.get('circuit')!r}); build "
+            "one with `qgpu build --circuit machine`"
+        )
+    spec = spec_from_dict(manifest["machine_spec"])
+    model, _, manifest = load_checkpoint(directory, spec, MACHINE_COMPILER_VERSION, dtype=dtype)
+    machine = machine_layout(geometry_from_record(extra["geometry"]), spec)
+    circuit_types = manifest["circuit"]["layer_types"]
+    if circuit_types != machine.layer_types:
+        raise CheckpointError(
+            f"{directory}: its {len(circuit_types)} circuit layers do not match the machine's "
+            f"layout ({len(machine.layer_types)} layers); rebuild it with `qgpu build`"
+        )
+    ids = manifest["circuit"]["tokens"]
+    first = ids.get(token_string(machine.vocab.tokens[0]))
+    for i, t in enumerate(machine.vocab.tokens):
+        if ids.get(token_string(t)) != first + i:
+            raise CheckpointError(f"{directory}: circuit token {t} is missing or out of place")
+    return ModelBackend(machine, model.to(pick_device(device)), first)
+
+
+def pick_device(name: str | None = None) -> str:
+    """`name`, else CUDA when present, else MPS when present, else the CPU."""
+    import torch
+
+    if name:
+        return name
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else "cpu"
+
+
+MEMORY_MODEL = "memory"
+"""`--model memory`: the machine and a few random base layers, built in memory (no
+checkpoint, no download; for tests and demos)."""
+
+
+def model_backend(
+    model: str | Path | None = None,
+    *,
+    dtype: str = "float32",
+    base: str | None = None,
+    device: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ModelBackend:
+    """The backend for `--model`: a checkpoint directory, "memory", or (None) the default
+    checkpoint in the user cache, built from `base` on first use (docs/model.md)."""
+    if model == MEMORY_MODEL:
+        return default_backend(dtype)
+    if model is None:
+        from qwengpu.model.defaults import ensure_checkpoint
+        from qwengpu.model.machine_circuit import MachineCircuitCompiler
+
+        model = ensure_checkpoint(MachineCircuitCompiler(), base, progress=progress)
+    key = f"{Path(model).expanduser().absolute()}:{dtype}:{device}"
+    if key not in _checkpoints:
+        _checkpoints.clear()  # one loaded checkpoint at a time: they are several GB
+        _checkpoints[key] = checkpoint_backend(Path(model).expanduser(), dtype, device)
+    return _checkpoints[key]
+
+
 DEFAULT_BASE_LAYERS = 4
 DEFAULT_TEXT_ROWS = 2048
 DEFAULT_TEXT_MEAN = 1.0  # common-mean strength of the synthetic text rows (physics.md)
-_backends: dict[str, ModelBackend] = {}
+_backends: dict[str, ModelBackend] = {}  # in-memory models, by dtype
+_checkpoints: dict[str, ModelBackend] = {}  # the loaded checkpoint, by path, dtype, device
 
 
 def default_backend(dtype: str = "float32") -> ModelBackend:

@@ -77,14 +77,14 @@ def test_dot_product(backends, dtype, prefill):
     _runs[dtype] = run
 
 
-def _run_case(backend, name: str, dtype: str):
+def _run_case(backend, name: str, dtype: str, progress=None):
     case = CASES[name]
     program = api.compile(suite.load_source(case), case.kernel, spec=MACHINE_SPEC)
     seed = zlib.crc32(case.name.encode())
     model_args = case.make_args(np.random.default_rng(seed))
     ref_args = copy.deepcopy(model_args)
     expected = case.oracle(copy.deepcopy(model_args))
-    run = backend.launch(program, case.grid, case.block, model_args)
+    run = backend.launch(program, case.grid, case.block, model_args, progress=progress)
     api.launch(program, case.grid, case.block, ref_args)
     check_launch(program, run)
     for got, want, oracle in zip(model_args, ref_args, expected, strict=True):
@@ -98,8 +98,13 @@ def _run_case(backend, name: str, dtype: str):
     "name", DEFAULT_CASES + [pytest.param(n, marks=pytest.mark.slow) for n in SLOW_CASES]
 )
 def test_suite_kernel_through_the_model(backends, name):
-    run = _run_case(backends.get("float32"), name, "float32")
+    said: list[str] = []
+    run = _run_case(backends.get("float32"), name, "float32", progress=said.append)
     print(f"{name}: {len(run.generated)} tokens, {len(run.steps)} EXECs")
+    # progress every 16 EXECs and at the end, warps counted from the scheduler's state
+    assert len(said) == 1 + len(run.steps) // 16
+    warps = -(-CASES[name].block[0] // MACHINE_SPEC.lanes)
+    assert said[-1].startswith(f"CTA {CASES[name].grid[0]}/{CASES[name].grid[0]}: {warps}/{warps}")
 
 
 def _fitting_cases() -> list[str]:
@@ -170,3 +175,19 @@ def test_program_outside_the_machine_is_refused(backends):
     program = api.compile(src, spec=MACHINE_SPEC)
     with pytest.raises(MachineUnsupported, match="mulhu"):
         backends.get("float32").launch(program, 1, 4, [np.zeros(4, np.uint32)])
+
+
+def test_layout_alone_matches_the_compiled_machine(compiled_machine):
+    """A checkpoint's runtime rebuilds the schedule without weights (machine_layout); it
+    must place every field and memory exactly where the compiled machine did."""
+    from qwengpu.circuit import QWEN35_2B
+    from qwengpu.machine.model import machine_layout
+
+    layout = machine_layout(QWEN35_2B)
+    built, rebuilt = compiled_machine.compiled.schedule, layout.compiled.schedule
+    assert rebuilt.dims == built.dims
+    assert rebuilt.layer_types == built.layer_types
+    slots = [[(s.memory.name, s.value_heads) for s in p.slots] for p in built.layers]
+    assert [[(s.memory.name, s.value_heads) for s in p.slots] for p in rebuilt.layers] == slots
+    assert layout.code_dims == compiled_machine.code_dims
+    assert layout.vocab.tokens == compiled_machine.vocab.tokens
