@@ -291,12 +291,18 @@ def mute_layers(
     sel = direction.rows
     circuit_norm = _row_map(x_hat, sel, used, lambda b: np.linalg.norm(b, axis=1))
     needed = gate_bound * circuit_norm * (1 + ROUNDING_SLACK) + 2 * abs(MUTE_GATE_MAX)
-    scale = float(2.0 ** np.ceil(np.log2((needed / direction.margins).max())))
-    mute_row = _bf16(scale * direction.weights)
+    # A power-of-two scale keeps the bf16 rounding of the row: bf16(2^k w) = 2^k bf16(w).
+    # So the mute part, less its rounding allowance, is linear in the scale; pick the
+    # smallest power of two above what the worst row needs.
+    unit_row = _bf16(direction.weights)
     dims = direction.dims
-    mute_part = -_row_map(x_hat, sel, dims, lambda b: b @ mute_row)
-    rounding = ROUNDING_SLACK * _row_map(x_hat, sel, dims, lambda b: np.abs(b) @ np.abs(mute_row))
-    ratio = (mute_part - rounding) / needed
+    unit_part = -_row_map(x_hat, sel, dims, lambda b: b @ unit_row)
+    unit_part -= ROUNDING_SLACK * _row_map(x_hat, sel, dims, lambda b: np.abs(b) @ np.abs(unit_row))
+    worst_need = float((needed / np.maximum(unit_part, np.finfo(float).tiny)).max())
+    scale = float(2.0 ** (np.floor(np.log2(worst_need)) + 1))
+    mute_row = scale * unit_row
+    mute_part = scale * -_row_map(x_hat, sel, dims, lambda b: b @ unit_row)
+    ratio = scale * unit_part / needed
     worst = int(np.argmin(ratio))
     if ratio[worst] <= 1:
         raise MuteError(
