@@ -178,13 +178,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from qwengpu.circuit import GEOMETRIES
-    from qwengpu.machine.model import compile_machine, layer_map
+    from qwengpu.machine.model import layer_map, machine_layout
 
     names = {g.name.removeprefix("qwen3.5-"): g for g in GEOMETRIES.values()}
     if args.geometry not in names:
         raise ArgError(f"--geometry {args.geometry}: choose one of {', '.join(names)}")
-    print(f"qgpu: compiling the machine for {args.geometry} (about a minute)...", file=sys.stderr)
-    machine = compile_machine(names[args.geometry])
+    machine = machine_layout(names[args.geometry])  # the schedule: no weights needed
     print(layer_map(machine))
     if args.fields:
         print(machine.compiled.schedule.field_map())
@@ -236,9 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--model",
-        help="model backend: a checkpoint from `qgpu build`, or 'memory' (the machine and 4 "
-        "random base layers, built in memory); default: the cached default checkpoint, "
-        "built from --base on first use",
+        help="model backend: a checkpoint from `qgpu build`, or 'memory' / 'memory:2b' (the "
+        "machine on the 0.8B / 2B geometry and 4 random base layers, built in memory); "
+        "default: the cached default checkpoint, built from --base on first use",
     )
     p.add_argument(
         "--base",

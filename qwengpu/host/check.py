@@ -14,7 +14,6 @@ from qwengpu.errors import LaunchError
 from qwengpu.host.model_backend import ModelLaunch, ModelStep
 from qwengpu.isa.instr import Program
 from qwengpu.machine.rom import live_outs
-from qwengpu.machine.tokens import ALL_LANES
 
 
 class CheckFailed(LaunchError):
@@ -49,7 +48,7 @@ def model_writes(program: Program, step: ModelStep) -> StepWrites:
             rd = ins.rd if ins is not None else 0
             if t.kind == "FREG":
                 sel = t.get("sel")
-                lanes = step.lanes if sel == ALL_LANES else (sel,)
+                lanes = step.lanes if sel == program.spec.lanes else (sel,)
                 regs += [(lane, rd, value) for lane in lanes]
             elif t.kind == "FAREG":
                 regs.append((atom_lane, rd, value))

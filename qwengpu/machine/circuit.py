@@ -26,7 +26,7 @@ from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
 from qwengpu.isa.instr import AtomOp, Cond, Op, PredFn, Special, TermKind
 from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout
-from qwengpu.machine.tokens import ADDR_BITS, ALL_LANES, KIND_NAMES, LANES, WORD_BYTES, Vocabulary
+from qwengpu.machine.tokens import ADDR_BITS, KIND_NAMES, WORD_BYTES, Vocabulary
 
 Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
 
@@ -134,6 +134,7 @@ class MachineCircuit:
         if spec.block_size != 1:
             raise ValueError("the machine circuit runs one instruction per pass: block_size 1")
         self.spec = spec
+        self.lanes = spec.lanes
         self.vocab = Vocabulary(spec)
         self.layout = RomLayout(spec)
         self.c = Circuit("qgpu-machine")
@@ -148,18 +149,18 @@ class MachineCircuit:
         self.row0 = c.input("row0", Bit())  # always 0: the address of one-row memories
         self.t_b = c.input("t_b", Bits(self.bb))
         self.t_w = c.input("t_w", Bits(self.wb))
-        self.t_mask = c.input("t_mask", Bits(LANES))
+        self.t_mask = c.input("t_mask", Bits(self.lanes))
         self.t_v = c.input("t_v", Bits(8))
-        self.t_sel = c.input("t_sel", OneHot(LANES + 1, allow_none=True))
+        self.t_sel = c.input("t_sel", OneHot(self.lanes + 1, allow_none=True))
         self.t_k = c.input("t_k", OneHot(WORD_BYTES - 1, allow_none=True))
         self.t_n = c.input("t_n", OneHot(WORD_BYTES, allow_none=True))
         self.stg_we = [c.input(f"stg_we{k}", Bit()) for k in range(WORD_BYTES - 1)]
-        self.pv = [c.input(f"pv{lane}", Bit()) for lane in range(LANES)]
-        self.pw = [c.input(f"pw{lane}", Bit()) for lane in range(LANES)]
+        self.pv = [c.input(f"pv{lane}", Bit()) for lane in range(self.lanes)]
+        self.pw = [c.input(f"pw{lane}", Bit()) for lane in range(self.lanes)]
         self.t_addr = c.input("t_addr", Bits(ADDR_BITS))
         self.t_romb = c.input("t_romb", Bits(self.bb))
         self.rom_we = [c.input(f"rom_we{k}", Bit()) for k in range(self.layout.rom_bytes)]
-        self.t_lane = c.input("t_lane", OneHot(LANES, allow_none=True))
+        self.t_lane = c.input("t_lane", OneHot(self.lanes, allow_none=True))
         self.t_cta = c.input("t_cta", Bits(4))
         self.t_ntid = c.input("t_ntid", Bits(5))
         self.t_nctaid = c.input("t_nctaid", Bits(5))
@@ -174,7 +175,11 @@ class MachineCircuit:
         k = self.kind
         self.cur_b, self.cur_w, self.cur_mask = self._register(
             "cur",
-            [Column("b", Bits(self.bb)), Column("w", Bits(self.wb)), Column("mask", Bits(LANES))],
+            [
+                Column("b", Bits(self.bb)),
+                Column("w", Bits(self.wb)),
+                Column("mask", Bits(self.lanes)),
+            ],
             [self.t_b, self.t_w, self.t_mask],
             k["EXEC"],
         )
@@ -189,7 +194,7 @@ class MachineCircuit:
             "memcur", [Column("a", Bits(ADDR_BITS))], [self.t_addr], k["MADDR"]
         )
         (self.acur,) = self._register(
-            "acur", [Column("lane", OneHot(LANES, allow_none=True))], [self.t_lane], k["ATOM"]
+            "acur", [Column("lane", OneHot(self.lanes, allow_none=True))], [self.t_lane], k["ATOM"]
         )
         self.ntid, self.nctaid = self._register(
             "geometry",
@@ -255,18 +260,21 @@ class MachineCircuit:
                 [
                     [
                         bit(k["FREG"]) + self.t_sel.ch(lane) - 1,
-                        bit(k["FREG"]) + self.t_sel.ch(ALL_LANES) + self.cur_mask.ch(lane) - 2,
+                        bit(k["FREG"])
+                        + self.t_sel.ch(self.vocab.all_lanes)
+                        + self.cur_mask.ch(lane)
+                        - 2,
                         bit(k["FAREG"]) + self.acur.ch(lane) - 1,
                     ]
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
-        we_lanes = [lane_part(c, f"rf.we{lane}", we, lane) for lane in range(LANES)]
+        we_lanes = [lane_part(c, f"rf.we{lane}", we, lane) for lane in range(self.lanes)]
         wa, ra, rb = reg_addr("rd"), reg_addr("a"), reg_addr("b")
         rows = s.warps << self.layout.reg_bits
         reads_a, reads_b = [], []
-        for lane in range(LANES):
+        for lane in range(self.lanes):
             mem = c.memory(f"regs{lane}", rows, [Column("v", Bits(32))])
             c.write(mem, wa, [self.word_in], when=we_lanes[lane])
             reads_a.append(c.read(mem, ra).outputs[0])
@@ -279,7 +287,7 @@ class MachineCircuit:
             Bits(32),
             [
                 [[reads_b[lane].ch(i) - imm, self.ins["bimm"].ch(i) + imm - 1] for i in range(32)]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         pa_w, pa_g, pa_a, pa_b, pa_t = (
@@ -287,7 +295,7 @@ class MachineCircuit:
         )
         self.pg, self.pa, self.pb, self.pt = [], [], [], []
         prow = s.warps << self.layout.pred_bits
-        for lane in range(LANES):
+        for lane in range(self.lanes):
             mem = c.memory(f"preds{lane}", prow, [Column("p", Bit())])
             c.write(mem, pa_w, [self.pv[lane]], when=self.pw[lane])
             self.pg.append(c.read(mem, pa_g).outputs[0])
@@ -312,7 +320,7 @@ class MachineCircuit:
                         has + neg - self.pg[lane].ch(0) - 1,
                     ]
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         # lanes that execute the instruction: active (EXEC) or the atomic's lane (ATOM)
@@ -327,7 +335,7 @@ class MachineCircuit:
                         bit(self.kind["ATOM"]) + self.t_lane.ch(lane) + gpass.ch(0, lane) - 2,
                     ]
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         neg_a = ins["neg_a"].ch(0)
@@ -335,7 +343,10 @@ class MachineCircuit:
             c,
             "sel.p",
             Bit(),
-            [[[self.pa[lane].ch(0) - neg_a, neg_a - self.pa[lane].ch(0)]] for lane in range(LANES)],
+            [
+                [[self.pa[lane].ch(0) - neg_a, neg_a - self.pa[lane].ch(0)]]
+                for lane in range(self.lanes)
+            ],
         )
         adder = self._adder()
         logic, shift = self._logic_unit(), self._shifter()
@@ -368,7 +379,7 @@ class MachineCircuit:
                     ]
                     for i in range(32)
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         hs, eq, ge = (c.compare(A, B, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
@@ -378,13 +389,16 @@ class MachineCircuit:
             c,
             "plop.q",
             Bit(),
-            [[[self.pb[lane].ch(0) - neg_b, neg_b - self.pb[lane].ch(0)]] for lane in range(LANES)],
+            [
+                [[self.pb[lane].ch(0) - neg_b, neg_b - self.pb[lane].ch(0)]]
+                for lane in range(self.lanes)
+            ],
         )
         both = wires(
             c,
             "plop.and",
             Bit(),
-            [[[pa_eff.ch(0, lane) + pb_eff.ch(0, lane) - 1]] for lane in range(LANES)],
+            [[[pa_eff.ch(0, lane) + pb_eff.ch(0, lane) - 1]] for lane in range(self.lanes)],
         )
         fns = list(PredFn)
 
@@ -408,7 +422,7 @@ class MachineCircuit:
                     ]
                     + plop_terms(lane)
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
 
@@ -427,14 +441,14 @@ class MachineCircuit:
                     + ([1 - any_.ch(0, lane)] if (32 >> j) & 1 else [])
                     for j in range(6)
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         brev = wires(
             c,
             "brev",
             Bits(32),
-            [[[A.ch(31 - i, lane)] for i in range(32)] for lane in range(LANES)],
+            [[[A.ch(31 - i, lane)] for i in range(32)] for lane in range(self.lanes)],
         )
         return {Op.POPC: popc, Op.CLZ: clz, Op.BREV: brev}
 
@@ -456,7 +470,7 @@ class MachineCircuit:
                     ]
                     for i in range(32)
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         self.sum = c.add(self.A, operand, carry_in=bits_of(c, "adder.cin", [sub]))
@@ -467,7 +481,7 @@ class MachineCircuit:
         c = self.c
         o_and, o_or, o_xor = self.opc(Op.AND), self.opc(Op.OR), self.opc(Op.XOR)
         chans = []
-        for lane in range(LANES):
+        for lane in range(self.lanes):
             lane_chans = []
             for i in range(32):
                 a, b = self.A.ch(i, lane), self.B.ch(i, lane)
@@ -494,11 +508,11 @@ class MachineCircuit:
             c,
             "sra.sign",
             Bit(),
-            [[[self.A.ch(31, lane) + ops[Op.SRA] - 1]] for lane in range(LANES)],
+            [[[self.A.ch(31, lane) + ops[Op.SRA] - 1]] for lane in range(self.lanes)],
         )
-        out = c.new_field(c.fresh("shift"), Bits(32), LANES)
+        out = c.new_field(c.fresh("shift"), Bits(32), self.lanes)
         neurons = []
-        for lane in range(LANES):
+        for lane in range(self.lanes):
             forms, high = words_shift_forms(self.B, lane, 32)
             low_value = sum((self.B.ch(j, lane) * (1 << j) for j in range(5)), Lin())
             for k, form in enumerate(forms):
@@ -520,7 +534,8 @@ class MachineCircuit:
         return out
 
     def _special_registers(self) -> Field:
-        """s2r: tid.x = 4 * warp + lane (1-D CTAs), ntid.x, ctaid.x, nctaid.x, laneid, warpid."""
+        """s2r: tid.x = lanes * warp + lane (1-D CTAs), ntid.x, ctaid.x, nctaid.x, laneid,
+        warpid."""
         c = self.c
         specials = list(Special)
 
@@ -528,12 +543,12 @@ class MachineCircuit:
             return self.mode.ch(specials.index(sp))
 
         lanes = []
-        for lane in range(LANES):
+        for lane in range(self.lanes):
             chans = []
             for i in range(32):
                 terms = []
                 for w in range(self.spec.warps):
-                    if ((LANES * w + lane) >> i) & 1:
+                    if ((self.lanes * w + lane) >> i) & 1:
                         terms.append(m(Special.TID_X) + matches(self.cur_w, w) - 1)
                     if (w >> i) & 1:
                         terms.append(m(Special.WARPID) + matches(self.cur_w, w) - 1)
@@ -554,10 +569,10 @@ class MachineCircuit:
         c = self.c
         self.word_addr = [
             bits_of(c, f"wordaddr{lane}", [self.sum.ch(2 + i, lane) for i in range(ADDR_BITS)])
-            for lane in range(LANES)
+            for lane in range(self.lanes)
         ]
         reads = []
-        for lane in range(LANES):
+        for lane in range(self.lanes):
             mem = c.memory(f"mem{lane}", self.spec.memory_words, [Column("v", Bits(32))])
             c.write(mem, self.memcur, [self.word_in], when=self.kind["FAMEM"])
             reads.append(c.read(mem, self.word_addr[lane]).outputs[0])
@@ -611,7 +626,7 @@ class MachineCircuit:
             bits_of(c, "writes_pred", [self.opc(Op.SETP) + self.opc(Op.PLOP)]),
         )
         fwd_e = wires(
-            c, "fwd.e", Bit(), [[[bit(fwd) + self.E.ch(0, lane) - 1]] for lane in range(LANES)]
+            c, "fwd.e", Bit(), [[[bit(fwd) + self.E.ch(0, lane) - 1]] for lane in range(self.lanes)]
         )
         tn = ins["term_neg"].ch(0)
         p_eff = wires(
@@ -625,14 +640,14 @@ class MachineCircuit:
                         self.p_new.ch(0, lane) + fwd_e.ch(0, lane) - 1,
                     ]
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         cond = wires(
             c,
             "term.cond",
             Bit(),
-            [[[p_eff.ch(0, lane) - tn, tn - p_eff.ch(0, lane)]] for lane in range(LANES)],
+            [[[p_eff.ch(0, lane) - tn, tn - p_eff.ch(0, lane)]] for lane in range(self.lanes)],
         )
         jump = self.term_is(TermKind.JUMP) + self.term_is(TermKind.BARRIER)
         br = self.term_is(TermKind.BRANCH)
@@ -649,7 +664,7 @@ class MachineCircuit:
                     ]
                     for i in range(self.bb)
                 ]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
         # the scheduler's state: (next block, live) for every (warp, lane), one memory each
@@ -657,8 +672,8 @@ class MachineCircuit:
         ntid = self.ntid.value()
         exit_ = self.term_is(TermKind.EXIT)
         for w in range(self.spec.warps):
-            for lane in range(LANES):
-                t = LANES * w + lane
+            for lane in range(self.lanes):
+                t = self.lanes * w + lane
                 starts = c.threshold(ntid, t + 1, name=f"starts{t}")
                 live = wires(
                     c,
@@ -698,8 +713,8 @@ class MachineCircuit:
         cands, blocks, anys = [], [], []
         for w in range(self.spec.warps):
             ok = {}
-            for lane in range(LANES):
-                for other in range(LANES):
+            for lane in range(self.lanes):
+                for other in range(self.lanes):
                     if other != lane:
                         form = (
                             self.sched_nb[w, other].value()
@@ -710,15 +725,15 @@ class MachineCircuit:
             cand = wires(
                 c,
                 f"cand{w}",
-                Bits(LANES),
+                Bits(self.lanes),
                 [
                     [
                         [
                             bit(self.sched_live[w, lane])
-                            + sum((bit(ok[lane, o]) for o in range(LANES) if o != lane), Lin())
-                            - (LANES - 1)
+                            + sum((bit(ok[lane, o]) for o in range(self.lanes) if o != lane), Lin())
+                            - (self.lanes - 1)
                         ]
-                        for lane in range(LANES)
+                        for lane in range(self.lanes)
                     ]
                 ],
             )
@@ -729,7 +744,10 @@ class MachineCircuit:
                 Bits(self.bb),
                 [
                     [
-                        [(first.ch(lane), self.sched_nb[w, lane].ch(i)) for lane in range(LANES)]
+                        [
+                            (first.ch(lane), self.sched_nb[w, lane].ch(i))
+                            for lane in range(self.lanes)
+                        ]
                         for i in range(self.bb)
                     ]
                 ],
@@ -748,8 +766,8 @@ class MachineCircuit:
         self.next_mask = products(
             c,
             "next.exec.mask",
-            Bits(LANES),
-            [[[(wsel.ch(w), m.ch(i)) for w, m in enumerate(cands)] for i in range(LANES)]],
+            Bits(self.lanes),
+            [[[(wsel.ch(w), m.ch(i)) for w, m in enumerate(cands)] for i in range(self.lanes)]],
         )
         self.next_w = wires(
             c,
@@ -772,14 +790,14 @@ class MachineCircuit:
         """EXEC keeps the lanes' results, the executed lanes and the new predicates in deep
         one-row memories; the write-back passes after it read them."""
         c = self.c
-        exe4 = bits_of(c, "exe4", [self.E.ch(0, lane) for lane in range(LANES)])
+        exe_bits = bits_of(c, "exe.bits", [self.E.ch(0, lane) for lane in range(self.lanes)])
         pvals = wires(
             c,
             "pvals",
-            Bits(LANES),
-            [[[self.p_new.ch(0, lane) + self.E.ch(0, lane) - 1] for lane in range(LANES)]],
+            Bits(self.lanes),
+            [[[self.p_new.ch(0, lane) + self.E.ch(0, lane) - 1] for lane in range(self.lanes)]],
         )
-        first, _ = c.priority(exe4, name="exe.first")
+        first, _ = c.priority(exe_bits, name="exe.first")
         v_first = pick_lane(c, "v.first", first, self.V)
         eq = c.equal(self.V, v_first)
         ok = wires(
@@ -788,15 +806,25 @@ class MachineCircuit:
             Bit(),
             [
                 [[1 - self.E.ch(0, lane), self.E.ch(0, lane) + eq.ch(0, lane) - 1]]
-                for lane in range(LANES)
+                for lane in range(self.lanes)
             ],
         )
-        missing = sum((self.cur_mask.ch(lane) - self.E.ch(0, lane) for lane in range(LANES)), Lin())
+        missing = sum(
+            (self.cur_mask.ch(lane) - self.E.ch(0, lane) for lane in range(self.lanes)), Lin()
+        )
         uni = wires(
             c,
             "uniform",
             Bit(),
-            [[[sum((ok.ch(0, lane) for lane in range(LANES)), Lin()) - (LANES - 1) - missing]]],
+            [
+                [
+                    [
+                        sum((ok.ch(0, lane) for lane in range(self.lanes)), Lin())
+                        - (self.lanes - 1)
+                        - missing
+                    ]
+                ]
+            ],
         )
         self.res_v = [
             self._register(
@@ -805,12 +833,12 @@ class MachineCircuit:
                 [lane_part(c, f"v{lane}", self.V, lane)],
                 self.kind["EXEC"],
             )[0]
-            for lane in range(LANES)
+            for lane in range(self.lanes)
         ]
         self.res_e, self.res_p, self.res_u = self._register(
             "result.lanes",
-            [Column("exe", Bits(LANES)), Column("pv", Bits(LANES)), Column("uni", Bit())],
-            [exe4, pvals, uni],
+            [Column("exe", Bits(self.lanes)), Column("pv", Bits(self.lanes)), Column("uni", Bit())],
+            [exe_bits, pvals, uni],
             self.kind["EXEC"],
         )
 
@@ -823,22 +851,22 @@ class MachineCircuit:
         after_sel = wires(
             c,
             "after.sel",
-            Bits(LANES),
+            Bits(self.lanes),
             [
                 [
                     [E.ch(lane) + sum((self.t_sel.ch(j) for j in range(lane)), Lin()) - 1]
-                    for lane in range(LANES)
+                    for lane in range(self.lanes)
                 ]
             ],
         )
         after_atom = wires(
             c,
             "after.atom",
-            Bits(LANES),
+            Bits(self.lanes),
             [
                 [
                     [E.ch(lane) + sum((self.acur.ch(j) for j in range(lane)), Lin()) - 1]
-                    for lane in range(LANES)
+                    for lane in range(self.lanes)
                 ]
             ],
         )
@@ -849,7 +877,7 @@ class MachineCircuit:
         wb = ins["wb"].ch(0)
         is_atom_op = self.opc(Op.ATOM)
         ex, ae = bit(k["EXEC"]), bit(any_e)
-        sel_all = self.t_sel.ch(ALL_LANES)
+        sel_all = self.t_sel.ch(self.vocab.all_lanes)
         go = {
             "pred": ex + is_setp + ae - 2,
             "reg.start": ex + wb - is_atom_op + ae - 2,
@@ -883,7 +911,7 @@ class MachineCircuit:
         wlane = wires(
             c,
             "wb.lane",
-            OneHot(LANES, allow_none=True),
+            OneHot(self.lanes, allow_none=True),
             [
                 [
                     [
@@ -892,7 +920,7 @@ class MachineCircuit:
                         reg_next + sel_all + efirst.ch(lane) - 2,
                         reg_lane + nxt.ch(lane) - 1,
                     ]
-                    for lane in range(LANES)
+                    for lane in range(self.lanes)
                 ]
             ],
         )
@@ -900,7 +928,7 @@ class MachineCircuit:
         wsel = wires(
             c,
             "o_sel",
-            OneHot(LANES + 1, allow_none=True),
+            OneHot(self.lanes + 1, allow_none=True),
             [
                 [
                     *[
@@ -909,7 +937,7 @@ class MachineCircuit:
                             reg_next + self.t_sel.ch(lane) - 1,
                             reg_lane + nxt.ch(lane) - 1,
                         ]
-                        for lane in range(LANES)
+                        for lane in range(self.lanes)
                     ],
                     [reg_start + u - 1, reg_next + sel_all - 1],
                 ]
@@ -1021,24 +1049,29 @@ class MachineCircuit:
         o_mask = wires(
             c,
             "o_mask",
-            Bits(LANES),
-            [[[exec_gate + self.next_mask.ch(i) - 1] for i in range(LANES)]],
+            Bits(self.lanes),
+            [[[exec_gate + self.next_mask.ch(i) - 1] for i in range(self.lanes)]],
         )
         o_cta = wires(
             c, "o_cta", Bits(4), [[[sch - al + mc + self.next_cta.ch(i) - 2] for i in range(4)]]
         )
         o_pv = wires(
-            c, "o_pv", Bits(LANES), [[[g("pred") + self.res_p.ch(i) - 1] for i in range(LANES)]]
+            c,
+            "o_pv",
+            Bits(self.lanes),
+            [[[g("pred") + self.res_p.ch(i) - 1] for i in range(self.lanes)]],
         )
-        o_pw = wires(c, "o_pw", Bits(LANES), [[[g("pred") + E.ch(i) - 1] for i in range(LANES)]])
+        o_pw = wires(
+            c, "o_pw", Bits(self.lanes), [[[g("pred") + E.ch(i) - 1] for i in range(self.lanes)]]
+        )
         o_lane = wires(
             c,
             "o_lane",
-            OneHot(LANES, allow_none=True),
+            OneHot(self.lanes, allow_none=True),
             [
                 [
                     [g("atom.first") + efirst.ch(i) - 1, g("atom.next") + natom.ch(i) - 1]
-                    for i in range(LANES)
+                    for i in range(self.lanes)
                 ]
             ],
         )

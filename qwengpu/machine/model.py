@@ -10,13 +10,14 @@ token wins by 2 * OUTPUT_ROW_GAIN * OUTPUT_LEVEL / rms per agreeing channel.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from qwengpu.circuit import CompiledCircuit, Geometry, compile_circuit, schedule
+from qwengpu.circuit import QWEN35_0_8B, CompiledCircuit, Geometry, compile_circuit, schedule
 from qwengpu.circuit.encodings import OneHot
 from qwengpu.circuit.numerics import LOGIC_GAIN
 from qwengpu.errors import CircuitError
@@ -33,6 +34,18 @@ OUTPUT_ROW_GAIN = 2.0**6
 
 MACHINE_SPEC = MachineSpec(block_size=1, loads_per_block=1, rom_blocks=64)
 """The machine the circuit implements: one instruction per block (one pass), 64 blocks."""
+
+REDUCED_SPEC = dataclasses.replace(MACHINE_SPEC, lanes=2, warps=8)
+"""The reduced preset, for the 0.8B geometry (hidden 1024): 2-lane warps halve every
+per-lane field, and 8 warps keep 16 threads per CTA, so the same kernels fit."""
+
+MACHINE_PRESETS: dict[str, MachineSpec] = {QWEN35_0_8B.name: REDUCED_SPEC}
+"""The machine each geometry hosts, by geometry name (MACHINE_SPEC for the others)."""
+
+
+def machine_spec_for(geometry: Geometry) -> MachineSpec:
+    """The preset MachineSpec a geometry hosts: REDUCED_SPEC on 0.8B, else MACHINE_SPEC."""
+    return MACHINE_PRESETS.get(geometry.name, MACHINE_SPEC)
 
 
 @dataclass
@@ -161,21 +174,22 @@ class CompiledMachine:
 
 def compile_machine(
     geometry: Geometry,
-    spec: MachineSpec = MACHINE_SPEC,
+    spec: MachineSpec | None = None,
     embedding: np.ndarray | None = None,
     mute_rows: np.ndarray | None = None,
 ) -> CompiledMachine:
-    """Build and compile the machine circuit for a geometry (muted for `embedding`)."""
-    machine = MachineCircuit(spec)
+    """Build and compile the machine circuit for a geometry (muted for `embedding`); the
+    spec defaults to the geometry's preset (machine_spec_for)."""
+    machine = MachineCircuit(spec or machine_spec_for(geometry))
     compiled = compile_circuit(machine.c, geometry, embedding=embedding, mute_rows=mute_rows)
     return CompiledMachine(machine, compiled)
 
 
-def machine_layout(geometry: Geometry, spec: MachineSpec = MACHINE_SPEC) -> CompiledMachine:
+def machine_layout(geometry: Geometry, spec: MachineSpec | None = None) -> CompiledMachine:
     """The machine's schedule without its weights: which layers, heads and rows hold each
     memory and which dims each field, enough to drive a built checkpoint and read its
     state. The schedule is deterministic, so it is the one the checkpoint was built with."""
-    machine = MachineCircuit(spec)
+    machine = MachineCircuit(spec or machine_spec_for(geometry))
     layout = CompiledCircuit(machine.c, schedule(machine.c, geometry), layers=[], mute=None)
     return CompiledMachine(machine, layout)
 

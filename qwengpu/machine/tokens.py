@@ -13,15 +13,13 @@ from dataclasses import dataclass, field
 from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.rom import RomLayout
 
-LANES = 4  # the token formats below spell out 4 lanes (MachineSpec.lanes must be 4)
-ALL_LANES = LANES  # write selector "every active lane" (the uniform write-back)
 WORD_BYTES = 4
 ADDR_BITS = 7  # memory word index (memory_words <= 127)
 
 # kind: (payload names) ; see docs/protocol.md
 KINDS: dict[str, tuple[str, ...]] = {
     "EXEC": ("b", "w", "mask"),  # run block b for warp w, lanes in mask
-    "BREG": ("sel", "k", "v"),  # byte k of a register write-back (lane sel, 4 = all)
+    "BREG": ("sel", "k", "v"),  # byte k of a register write-back (lane sel, lanes = all)
     "FREG": ("sel", "n", "v"),  # last byte (the n-th) of a register write-back: commits it
     "BAMEM": ("k", "v"),  # byte k of the word an atomic/store writes to memory
     "FAMEM": ("n", "v"),  # last byte: commits memory[MADDR] (also the host's memory load)
@@ -41,6 +39,7 @@ HOST_ONLY = frozenset({"ROMSEL", "ROMBYTE", "LAUNCH"})
 BYTE_KINDS = ("BREG", "BAMEM", "BAREG")
 MAX_NTID = 16
 MAX_CTAS = 16
+MAX_LANES = 4  # EXEC masks and PRED values grow as 2^lanes and 3^lanes tokens per warp
 
 
 @dataclass(frozen=True)
@@ -72,10 +71,8 @@ class Vocabulary:
     index: dict[Token, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.spec.lanes != LANES:
-            raise ValueError(
-                f"the token formats spell out {LANES} lanes, spec has {self.spec.lanes}"
-            )
+        if self.spec.lanes > MAX_LANES:
+            raise ValueError(f"at most {MAX_LANES} lanes per warp, spec has {self.spec.lanes}")
         if self.spec.memory_words >= 1 << ADDR_BITS:
             raise ValueError(f"memory_words must be below {1 << ADDR_BITS}")
         self.tokens = list(self._enumerate())
@@ -86,16 +83,27 @@ class Vocabulary:
         return RomLayout(self.spec)
 
     @property
+    def lanes(self) -> int:
+        return self.spec.lanes
+
+    @property
+    def all_lanes(self) -> int:
+        """The write selector "every active lane" (the uniform write-back): one past the
+        last lane."""
+        return self.spec.lanes
+
+    @property
     def warp_bits(self) -> int:
         return max(1, (self.spec.warps - 1).bit_length())
 
     def _enumerate(self) -> Iterator[Token]:
         s = self.spec
+        lanes = s.lanes
         for b in range(s.rom_blocks):
             for w in range(s.warps):
-                for mask in range(1, 1 << LANES):
+                for mask in range(1, 1 << lanes):
                     yield token("EXEC", b=b, w=w, mask=mask)
-        for sel in range(LANES + 1):
+        for sel in range(lanes + 1):
             for k in range(WORD_BYTES - 1):
                 for v in range(256):
                     yield token("BREG", sel=sel, k=k, v=v)
@@ -110,8 +118,8 @@ class Vocabulary:
             for n in range(1, WORD_BYTES + 1):
                 for v in range(256):
                     yield token(kind, n=n, v=v)
-        for pw in range(1, 1 << LANES):
-            for pv in range(1 << LANES):
+        for pw in range(1, 1 << lanes):
+            for pv in range(1 << lanes):
                 if pv & ~pw == 0:
                     yield token("PRED", pv=pv, pw=pw)
         for addr in range(s.memory_words):
@@ -121,7 +129,7 @@ class Vocabulary:
         for k in range(self.layout.rom_bytes):
             for v in range(256):
                 yield token("ROMBYTE", romk=k, v=v)
-        for lane in range(LANES):
+        for lane in range(lanes):
             yield token("ATOM", lane=lane)
         for cta in range(min(s.max_grid_ctas, MAX_CTAS)):
             yield token("CTA", cta=cta)
@@ -150,7 +158,7 @@ class Vocabulary:
         if "n" in p:
             v["t_n"] = p["n"] - 1
         if t.kind == "PRED":
-            for lane in range(LANES):
+            for lane in range(self.lanes):
                 v[f"pv{lane}"] = (p["pv"] >> lane) & 1
                 v[f"pw{lane}"] = (p["pw"] >> lane) & 1
         if t.kind == "MADDR":

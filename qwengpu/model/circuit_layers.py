@@ -153,9 +153,10 @@ class BaseInfo:
 
 class CircuitCompiler(Protocol):
     """Builds the circuit for a base. `spec` and `compiler_version` are known up front, so
-    a cached checkpoint can be matched (or refused) without compiling anything."""
+    a cached checkpoint can be matched (or refused) without compiling anything; spec None
+    means the compiler picks the preset of the base's geometry (the manifest names it)."""
 
-    spec: MachineSpec
+    spec: MachineSpec | None
     compiler_version: str
 
     def __call__(self, base: BaseInfo) -> CircuitLayers: ...

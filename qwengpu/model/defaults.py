@@ -32,7 +32,11 @@ def default_checkpoint(compiler: CircuitCompiler, base: str | None = None) -> Pa
     """Where the default checkpoint for `base` and `compiler` lives (it may not exist yet)."""
     base = base or default_base()
     key = json.dumps(
-        {"base": base, "spec": spec_dict(compiler.spec), "compiler": compiler.compiler_version},
+        {
+            "base": base,
+            "spec": spec_dict(compiler.spec) if compiler.spec else "geometry preset",
+            "compiler": compiler.compiler_version,
+        },
         sort_keys=True,
     )
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", base).strip("-")[:60]

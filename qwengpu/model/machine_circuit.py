@@ -18,15 +18,21 @@ from types import SimpleNamespace
 from typing import Any
 
 from qwengpu.circuit import GEOMETRIES, Geometry, geometry_from_config
-from qwengpu.errors import ModelError
+from qwengpu.circuit.mute import MuteError
+from qwengpu.errors import CircuitError, ModelError
 from qwengpu.isa.spec import MachineSpec
-from qwengpu.machine.model import MACHINE_SPEC, CompiledMachine, compile_machine, layer_lines
+from qwengpu.machine.model import CompiledMachine, compile_machine, layer_lines, machine_spec_for
 from qwengpu.machine.tokens import Token
 from qwengpu.model.circuit_layers import BaseInfo, CircuitLayer, CircuitLayers
 
 MACHINE_COMPILER_VERSION = "qgpu-machine-1"
 """Bumped whenever the machine's weights or tokens change: a checkpoint built by another
 version is refused (and a cached default checkpoint rebuilt)."""
+
+
+HOSTS = (
+    "Qwen3.5-0.8B and larger bases host it; `--circuit passthrough` builds a checkpoint without it"
+)
 
 
 def token_string(t: Token) -> str:
@@ -66,17 +72,30 @@ def geometry_from_record(record: Mapping[str, Any]) -> Geometry:
 
 @dataclass
 class MachineCircuitCompiler:
-    """CircuitCompiler for the qgpu machine (registered as `qgpu build --circuit machine`)."""
+    """CircuitCompiler for the qgpu machine (registered as `qgpu build --circuit machine`).
+    spec None: the preset of the base's geometry (machine.model.machine_spec_for)."""
 
-    spec: MachineSpec = MACHINE_SPEC
+    spec: MachineSpec | None = None
     compiler_version: str = MACHINE_COMPILER_VERSION
 
     def __call__(self, base: BaseInfo) -> CircuitLayers:
         import numpy as np
         import torch
 
-        geometry = base_geometry(base.text_config)
-        machine = compile_machine(geometry, self.spec, embedding=base.text_embeddings)
+        try:
+            geometry = base_geometry(base.text_config)
+        except CircuitError as exc:
+            raise ModelError(f"this base cannot host the qgpu machine: {exc}. {HOSTS}") from None
+        spec = self.spec or machine_spec_for(geometry)
+        try:
+            machine = compile_machine(geometry, spec, embedding=base.text_embeddings)
+        except MuteError as exc:
+            raise ModelError(f"the qgpu machine cannot be muted against this base: {exc}") from None
+        except CircuitError as exc:
+            raise ModelError(
+                f"the qgpu machine ({spec.describe()}) does not fit the {geometry.name} "
+                f"geometry (hidden {geometry.hidden}): {exc}. {HOSTS}"
+            ) from None
         norm = base.final_norm_weight
         norm_w = np.zeros(geometry.hidden) if norm is None else norm.double().numpy()
         # the lm_head rows must survive storage: round them to the checkpoint's dtype here
@@ -92,7 +111,7 @@ class MachineCircuitCompiler:
             input_rows=torch.tensor(machine.token_embeddings(), dtype=torch.float32),
             output_rows=output_rows,
             mute_direction=torch.tensor(machine.compiled.mute.vector(geometry.hidden)),
-            spec=self.spec,
+            spec=machine.spec,
             compiler_version=self.compiler_version,
             layer_map=layer_lines(machine),
             extra=_facts(machine),

@@ -183,3 +183,17 @@ def test_trace_prints_every_step(capsys: pytest.CaptureFixture[str]) -> None:
     steps = [line for line in err.splitlines() if line.startswith("#")]
     assert steps[0].startswith("#0 cta0 w0 B0 lanes[0,1,2,3]")
     assert any("mem[" in line for line in steps)  # the atomic's writes
+
+
+def test_inspect_prints_the_reduced_machine_layer_map(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "inspect", "--geometry", "0.8b")
+    assert code == 0
+    header = out.splitlines()[0]
+    assert header.startswith("qgpu machine on qwen3.5-0.8b: 30 layers used")
+    assert "2-lane warps x 8 warps/CTA" in header
+    assert "register file" in out and "output amplifier" in out
+
+
+def test_inspect_refuses_an_unknown_geometry(capsys: pytest.CaptureFixture[str]) -> None:
+    err = expect_error(capsys, "inspect", "--geometry", "7b")
+    assert "--geometry 7b" in err and "0.8b" in err

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from qwengpu import api
 from qwengpu.host.model_backend import load_tokens, word_tokens
 from qwengpu.isa.instr import Block, Instr, Op, Terminator, TermKind
-from qwengpu.machine.model import MACHINE_SPEC
+from qwengpu.machine.model import MACHINE_SPEC, REDUCED_SPEC
 from qwengpu.machine.rom import MachineUnsupported, RomLayout, check_supported, encode_block
 from qwengpu.machine.tokens import HOST_ONLY, KIND_NAMES, Vocabulary
 
@@ -52,9 +52,15 @@ def test_unsupported_instruction_is_refused_with_its_line():
         check_supported(3, block, MACHINE_SPEC)
 
 
-def test_vocabulary_is_consistent():
-    vocab = Vocabulary(MACHINE_SPEC)
+@pytest.mark.parametrize("spec", [MACHINE_SPEC, REDUCED_SPEC], ids=["full", "reduced"])
+def test_vocabulary_is_consistent(spec):
+    vocab = Vocabulary(spec)
     assert len(set(vocab.tokens)) == len(vocab)
+    lanes = spec.lanes
+    execs = [t for t in vocab.tokens if t.kind == "EXEC"]
+    assert len(execs) == spec.rom_blocks * spec.warps * (2**lanes - 1)
+    assert {t.get("sel") for t in vocab.tokens if t.kind == "FREG"} == set(range(lanes + 1))
+    assert vocab.all_lanes == lanes  # sel = lanes: every active lane
     codes = [
         tuple(sorted(vocab.output_values(t).items()))
         for t in vocab.tokens
@@ -111,3 +117,10 @@ def test_a_guarded_write_does_not_kill_liveness():
     use = Block((Instr(Op.ADD, rd=2, a=1, b_imm=1),), Terminator(TermKind.EXIT))
     lives = live_outs((clz, guarded, use))
     assert 1 in lives[0]  # lanes that skip the guarded add still read clz's r1
+
+
+def test_more_lanes_than_the_token_formats_hold_are_refused():
+    from qwengpu.isa.spec import MachineSpec
+
+    with pytest.raises(ValueError, match="at most 4 lanes per warp, spec has 8"):
+        Vocabulary(MachineSpec(lanes=8, block_size=1))

@@ -1,8 +1,9 @@
 """The machine merged into a full-size synthetic base by `qgpu build`, then used the way a
 user would: plain transformers in a fresh process, `qgpu run --model DIR`, `qgpu drift`.
 
-Slow (run with -m slow): the 2B build takes about 15 minutes and 8 GB of disk on 2 CPU
-cores, each launch a few minutes.
+Both machines: the full one on the synthetic 2B base, the reduced preset on the synthetic
+0.8B base. Slow (run with -m slow): the 2B build takes about 3 minutes and 9 GB of disk on
+2 CPU cores, the 0.8B one about a minute, each launch a minute or two.
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ REPO = Path(__file__).resolve().parents[2]
 DOT_ARGS = ["--arg", "int32:[1,2,3]", "--arg", "int32:[4,5,6]", "--arg", "int32:[0]"]
 
 
-@pytest.fixture(scope="module")
-def machine_2b(qwengpu_cache, tmp_path_factory):
+@pytest.fixture(scope="module", params=["2b", "0.8b"])
+def machine_checkpoint(request, qwengpu_cache, tmp_path_factory):
+    """(geometry, checkpoint directory, manifest); one build alive at a time."""
+    import shutil
+
     from qwengpu.model.machine_circuit import MachineCircuitCompiler
     from qwengpu.model.merge import build_checkpoint
 
-    out = tmp_path_factory.mktemp("machine-2b") / "merged"
-    result = build_checkpoint("synthetic:2b", out, MachineCircuitCompiler())
-    return out, result.manifest
+    out = tmp_path_factory.mktemp(f"machine-{request.param}") / "merged"
+    result = build_checkpoint(f"synthetic:{request.param}", out, MachineCircuitCompiler())
+    yield request.param, out, result.manifest
+    shutil.rmtree(out, ignore_errors=True)  # 9 GB for 2B: free the disk for the next
 
 
 def _qgpu(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -39,23 +44,26 @@ def _qgpu(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def test_the_manifest_describes_the_machine(machine_2b):
-    from qwengpu.machine.model import MACHINE_SPEC
+def test_the_manifest_describes_the_machine(machine_checkpoint):
+    from qwengpu.circuit import GEOMETRIES
+    from qwengpu.machine.model import machine_spec_for
     from qwengpu.model.manifest import spec_from_dict
 
-    _, manifest = machine_2b
+    geometry, _, manifest = machine_checkpoint
     circuit = manifest["circuit"]
-    assert spec_from_dict(manifest["machine_spec"]) == MACHINE_SPEC
+    preset = machine_spec_for(GEOMETRIES[f"qwen3.5-{geometry}"])
+    assert spec_from_dict(manifest["machine_spec"]) == preset
+    assert preset.lanes == (2 if geometry == "0.8b" else 4)
     assert circuit["extra"]["circuit"] == "machine"
-    assert circuit["extra"]["geometry"]["name"] == "qwen3.5-2b"
+    assert circuit["extra"]["geometry"]["name"] == f"qwen3.5-{geometry}"
     assert circuit["num_layers"] <= 45 and len(circuit["layer_map"]) == circuit["num_layers"]
     assert manifest["muting"]["worst_gate_bound"] <= -128
     assert circuit["embeddings_untied_by_build"]  # output rows score the circuit's code
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_dot_product_through_the_built_checkpoint(machine_2b, dtype):
-    path, _ = machine_2b
+def test_dot_product_through_the_built_checkpoint(machine_checkpoint, dtype):
+    _, path, _ = machine_checkpoint
     done = _qgpu(
         "run", "examples/dot.cu", "--backend", "model", "--model", str(path), "--dtype", dtype,
         "--check", *DOT_ARGS, "--arg", "int32:3", "--json",
@@ -65,12 +73,13 @@ def test_dot_product_through_the_built_checkpoint(machine_2b, dtype):
     assert result["args"][2] == [32] and result["checked"] and result["tokens"] > 0
 
 
-def test_text_is_unchanged(machine_2b):
+def test_text_is_unchanged(machine_checkpoint):
     from qwengpu.model.base import resolve_base
     from qwengpu.model.drift import measure_drift
 
-    path, manifest = machine_2b
-    reports = measure_drift(resolve_base("synthetic:2b").directory, path, max_tokens=48)
+    geometry, path, manifest = machine_checkpoint
+    base = resolve_base(f"synthetic:{geometry}").directory
+    reports = measure_drift(base, path, max_tokens=48)
     assert all(r.logits_identical and r.kl_max == 0 for r in reports), [r.line() for r in reports]
     # the circuit tokens' rows score on text too, but generate() never sees them
     assert all(r.suppressed == len(manifest["circuit"]["tokens"]) for r in reports)
@@ -87,8 +96,8 @@ print(json.dumps({"ids": out[0].tolist(), "vocab": len(tok)}))
 """
 
 
-def test_plain_generation_writes_text(machine_2b):
-    path, manifest = machine_2b
+def test_plain_generation_writes_text(machine_checkpoint):
+    _, path, manifest = machine_checkpoint
     done = subprocess.run(
         [sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, timeout=1800
     )

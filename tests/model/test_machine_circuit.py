@@ -71,3 +71,12 @@ def test_compiler_is_registered_for_qgpu_build():
     from qwengpu.model.cli import circuit_compiler
 
     assert isinstance(circuit_compiler("machine"), MachineCircuitCompiler)
+
+
+def test_a_base_too_small_for_the_machine_is_refused_clearly(tiny_base, tmp_path):
+    from qwengpu.model.merge import build_checkpoint
+
+    out = tmp_path / "merged"
+    with pytest.raises(ModelError, match=r"cannot host the qgpu machine: .* 128-dim heads"):
+        build_checkpoint("synthetic:tiny", out, MachineCircuitCompiler())
+    assert not out.exists() and not list(tmp_path.iterdir())  # nothing half-written
