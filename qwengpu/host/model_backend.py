@@ -28,6 +28,8 @@ from qwengpu.machine.tokens import MAX_CTAS, MAX_NTID, Token, token
 
 WORD_BYTES = 4
 PROGRESS_EVERY = 16  # EXEC steps between progress reports
+TOKENS_PER_STEP = 64  # token budget per EXEC step: a write-back never needs this many
+PAD_TEXT_TOKEN = 0  # a text token id (any is muted); pads the shorter prompts of a batch
 
 
 def word_tokens(value: int, byte_kind: str, final_kind: str, **extra: int) -> list[Token]:
@@ -48,7 +50,7 @@ def load_tokens(
     if program.spec != spec:
         raise ArgError(
             f"program '{program.name}' was lowered for {program.spec.describe()}; the model's "
-            f"machine is {spec.describe()} (compile with qwengpu.machine.model.MACHINE_SPEC)"
+            f"machine is {spec.describe()} (compile with that spec: qwengpu.model_spec(model))"
         )
     layout = machine.vocab.layout
     out = [token("LAUNCH", ntid=ntid, nctaid=nctaid)]
@@ -78,6 +80,34 @@ class ModelStep:
 
 
 @dataclass
+class LaunchRequest:
+    """One launch of a batch (ModelBackend.launch_many)."""
+
+    program: Program
+    grid: int | Sequence[int]
+    block: int | Sequence[int]
+    args: Sequence[object]
+
+
+@dataclass
+class _Job:
+    """A launch in flight: its load tokens, and what the model has written so far."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    image: Any
+    initial: list[int]
+    prompt: list[Token]
+    generated: list[Token] = field(default_factory=list)
+    last_id: int = 0
+    cta: int = 0
+    execs: int = 0
+    done: bool = False
+    reported: bool = False
+
+
+@dataclass
 class ModelLaunch:
     initial_words: list[int]
     grid: tuple[int, int, int]
@@ -97,6 +127,8 @@ class ModelBackend:
     """Runs launches on a Qwen3_5ForCausalLM that holds the machine (see machine.model)."""
 
     def __init__(self, machine: CompiledMachine, model: Any, token_offset: int) -> None:
+        if token_offset <= PAD_TEXT_TOKEN:
+            raise ArgError("the model's vocabulary must start with text tokens (batch padding)")
         self.machine = machine
         self.model = model
         self.offset = token_offset
@@ -120,79 +152,130 @@ class ModelBackend:
 
         prefill=True feeds the load tokens in one forward (chunked DeltaNet path); False
         feeds them one by one with the cache (recurrent path)."""
-        import torch
-        from transformers import DynamicCache
+        request = LaunchRequest(program, grid, block, args)
+        return self.launch_many([request], max_steps=max_steps, prefill=prefill, progress=progress)[
+            0
+        ]
 
-        grid3, block3 = dim3(grid, "grid"), dim3(block, "block")
-        check_geometry(program, grid3, block3)
-        if block3[1] != 1 or block3[2] != 1 or grid3[1] != 1 or grid3[2] != 1:
-            raise ArgError("the model backend runs 1-D launches (grid and block x only) so far")
-        if block3[0] > MAX_NTID or grid3[0] > MAX_CTAS:
-            raise ArgError(f"the model backend runs at most {MAX_NTID} threads x {MAX_CTAS} CTAs")
-        image = build_memory(program, args)
-        initial = list(image.words)
-        prompt = load_tokens(self.machine, program, image.words, block3[0], grid3[0])
-        prompt.append(token("CTA", cta=0))
+    def launch_many(
+        self,
+        requests: Sequence[LaunchRequest],
+        *,
+        max_steps: int | None = None,
+        prefill: bool = True,
+        progress: Callable[[str], None] | None = None,
+    ) -> list[ModelLaunch]:
+        """Run independent launches as one batch (one sequence each, like CUDA streams):
+        every forward pass advances all of them, so the weights are read once per step for
+        the whole batch. Shorter prompts are left-padded with a text token, which the
+        circuit ignores (muted: it writes no state), and a finished launch is fed that
+        token until the last one ends. Arrays in each request's args get their results."""
+        import torch
+
+        if not requests:
+            return []
+        jobs = [self._prepare(r) for r in requests]
         budget = max_steps if max_steps is not None else self.machine.spec.max_steps
         end_id = self.ids([token("END")])[0]
+        width = max(len(j.prompt) for j in jobs)
+        rows = [[PAD_TEXT_TOKEN] * (width - len(j.prompt)) + self.ids(j.prompt) for j in jobs]
         start = time.perf_counter()
         model = self.model
         device = model.device
         with torch.no_grad():
-            ids = torch.tensor([self.ids(prompt)], device=device)
+            from transformers import DynamicCache
+
+            ids = torch.tensor(rows, device=device)
             cache = DynamicCache(config=model.config)
             if prefill:
                 out = model(input_ids=ids, cache=cache, use_cache=True)
             else:
                 for t in range(ids.shape[1]):
                     out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-            generated: list[Token] = []
-            execs, cta = 0, 0
             # greedy decoding, one token per forward with the cache (the recurrent path)
-            token_budget = budget * 64
             while True:
-                next_id = int(out.logits[0, -1].argmax())
-                t = self._token(next_id)
-                generated.append(t)
-                if t.kind == "CTA":
-                    cta = t.get("cta")
-                if t.kind == "EXEC":
-                    execs += 1
-                if progress and (
-                    next_id == end_id or t.kind == "EXEC" and execs % PROGRESS_EVERY == 0
-                ):
-                    done = self.warps_done(cache, block3[0])
-                    progress(
-                        f"CTA {cta + 1}/{grid3[0]}: {done}/{self._warps(block3[0])} warps "
-                        f"done; {execs} EXEC steps, {len(generated)} tokens"
-                    )
-                if next_id == end_id:
+                picks = out.logits[:, -1].argmax(-1).tolist()
+                for job, next_id in zip(jobs, picks, strict=True):
+                    if not job.done:
+                        self._take(job, next_id, end_id, budget)
+                if progress:
+                    self._report(jobs, cache, progress)
+                if all(j.done for j in jobs):
                     break
-                if execs > budget or len(generated) > token_budget:
-                    raise LaunchError(
-                        f"the launch ran past its step budget of {budget} EXEC steps "
-                        f"(last token {t}); raise max_steps if the kernel is meant to run longer"
-                    )
-                step_ids = torch.tensor([[next_id]], device=device)
-                out = model(input_ids=step_ids, cache=cache, use_cache=True)
+                step = [[PAD_TEXT_TOKEN] if j.done else [j.last_id] for j in jobs]
+                out = model(
+                    input_ids=torch.tensor(step, device=device), cache=cache, use_cache=True
+                )
         seconds = time.perf_counter() - start
-        words = self.read_memory(cache)
-        copy_back(image, words)
-        return ModelLaunch(
-            initial,
-            tuple(grid3),
-            tuple(block3),
-            words,
-            _steps(generated),
-            generated,
-            len(prompt),
-            seconds,
-        )
+        states = self.recurrent_states(cache)
+        launches = []
+        for b, job in enumerate(jobs):
+            words = self.read_memory(states, b)
+            copy_back(job.image, words)
+            launches.append(
+                ModelLaunch(
+                    job.initial,
+                    job.grid,
+                    job.block,
+                    words,
+                    _steps(job.generated, self.machine.spec.lanes),
+                    job.generated,
+                    len(job.prompt),
+                    seconds,
+                )
+            )
+        return launches
 
-    def _token(self, token_id: int) -> Token:
+    def _prepare(self, request: LaunchRequest) -> _Job:
+        grid3, block3 = dim3(request.grid, "grid"), dim3(request.block, "block")
+        program = request.program
+        check_geometry(program, grid3, block3)
+        if block3[1] != 1 or block3[2] != 1 or grid3[1] != 1 or grid3[2] != 1:
+            raise ArgError("the model backend runs 1-D launches (grid and block x only) so far")
+        if block3[0] > MAX_NTID or grid3[0] > MAX_CTAS:
+            raise ArgError(f"the model backend runs at most {MAX_NTID} threads x {MAX_CTAS} CTAs")
+        image = build_memory(program, request.args)
+        prompt = load_tokens(self.machine, program, image.words, block3[0], grid3[0])
+        prompt.append(token("CTA", cta=0))
+        return _Job(program.name, tuple(grid3), tuple(block3), image, list(image.words), prompt)
+
+    def _take(self, job: _Job, next_id: int, end_id: int, budget: int) -> None:
+        """Append the model's next token to a launch; raise on a runaway or stray token."""
+        t = self._token(next_id, job.name)
+        job.generated.append(t)
+        job.last_id = next_id
+        if t.kind == "CTA":
+            job.cta = t.get("cta")
+        if t.kind == "EXEC":
+            job.execs += 1
+        job.done = next_id == end_id
+        if not job.done and (job.execs > budget or len(job.generated) > budget * TOKENS_PER_STEP):
+            raise LaunchError(
+                f"launch of '{job.name}' ran past its step budget of {budget} EXEC steps "
+                f"(last token {t}); raise max_steps if the kernel is meant to run longer"
+            )
+
+    def _report(self, jobs: Sequence[_Job], cache: Any, progress: Callable[[str], None]) -> None:
+        """Progress every PROGRESS_EVERY EXEC steps of a launch, and when it ends."""
+        for b, job in enumerate(jobs):
+            t = job.generated[-1] if job.generated else None
+            due = t is not None and (t.kind == "EXEC" and job.execs % PROGRESS_EVERY == 0)
+            if job.reported or not (due or job.done):
+                continue
+            job.reported = job.done
+            done = self.warps_done(cache, job.block[0], b)
+            name = f"{job.name}: " if len(jobs) > 1 else ""
+            progress(
+                f"{name}CTA {job.cta + 1}/{job.grid[0]}: {done}/{self._warps(job.block[0])} "
+                f"warps done; {job.execs} EXEC steps, {len(job.generated)} tokens"
+            )
+
+    def _token(self, token_id: int, launch: str = "") -> Token:
         index = token_id - self.offset
         if not 0 <= index < len(self.vocab):
-            raise LaunchError(f"the model emitted a text token (id {token_id}) inside a launch")
+            raise LaunchError(
+                f"the model emitted a text token (id {token_id}) inside the launch of '{launch}'"
+            )
         return self.vocab.tokens[index]
 
     def recurrent_states(self, cache: Any) -> dict[int, np.ndarray]:
@@ -209,7 +292,7 @@ class ModelBackend:
     def _warps(self, ntid: int) -> int:
         return -(-ntid // self.machine.spec.lanes)
 
-    def warps_done(self, cache: Any, ntid: int) -> int:
+    def warps_done(self, cache: Any, ntid: int, batch: int = 0) -> int:
         """Warps of the current CTA whose lanes have all exited, from the scheduler's live
         bits in the recurrent state (for the progress display)."""
         states = self.recurrent_states(cache)
@@ -217,12 +300,13 @@ class ModelBackend:
         for w in range(self._warps(ntid)):
             threads = range(w * lanes, min(ntid, (w + 1) * lanes))
             rows = [self.machine.compiled.memory_rows(states, f"sched{t}") for t in threads]
-            done += not any(int(r[0, 0, -1]) for r in rows)  # the live column is the last
+            done += not any(int(r[batch, 0, -1]) for r in rows)  # the live column is the last
         return done
 
-    def read_memory(self, cache: Any) -> list[int]:
-        """Final memory words, from the first copy of the memory in the recurrent state."""
-        rows = self.machine.compiled.memory_rows(self.recurrent_states(cache), "mem0")[0]
+    def read_memory(self, states: dict[int, np.ndarray], batch: int = 0) -> list[int]:
+        """Final memory words of one sequence, from the first copy of the memory in the
+        recurrent states (`recurrent_states(cache)`)."""
+        rows = self.machine.compiled.memory_rows(states, "mem0")[batch]
         weights = 1 << np.arange(32, dtype=np.int64)
         return [int(v) for v in (rows * weights).sum(axis=-1)]
 
@@ -280,9 +364,10 @@ def pick_device(name: str | None = None) -> str:
     return "mps" if mps is not None and mps.is_available() else "cpu"
 
 
-MEMORY_MODEL = "memory"
-"""`--model memory`: the machine and a few random base layers, built in memory (no
-checkpoint, no download; for tests and demos)."""
+MEMORY_MODELS = {"memory": "0.8b", "memory:0.8b": "0.8b", "memory:2b": "2b"}
+"""`--model memory[:GEOMETRY]`: the machine and a few random base layers, built in memory
+(no checkpoint, no download; for tests and demos). Plain "memory" is the 0.8B geometry
+with the reduced preset: the fastest to build and to run."""
 
 
 def model_backend(
@@ -293,10 +378,11 @@ def model_backend(
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ModelBackend:
-    """The backend for `--model`: a checkpoint directory, "memory", or (None) the default
-    checkpoint in the user cache, built from `base` on first use (docs/model.md)."""
-    if model == MEMORY_MODEL:
-        return default_backend(dtype)
+    """The backend for `--model`: a checkpoint directory, "memory[:0.8b|:2b]", or (None)
+    the default checkpoint in the user cache, built from `base` on first use
+    (docs/model.md)."""
+    if isinstance(model, str) and model in MEMORY_MODELS:
+        return default_backend(dtype, MEMORY_MODELS[model])
     if model is None:
         from qwengpu.model.defaults import ensure_checkpoint
         from qwengpu.model.machine_circuit import MachineCircuitCompiler
@@ -312,40 +398,46 @@ def model_backend(
 DEFAULT_BASE_LAYERS = 4
 DEFAULT_TEXT_ROWS = 2048
 DEFAULT_TEXT_MEAN = 1.0  # common-mean strength of the synthetic text rows (physics.md)
-_backends: dict[str, ModelBackend] = {}  # in-memory models, by dtype
+_backends: dict[tuple[str, str], ModelBackend] = {}  # in-memory models, by dtype, geometry
 _checkpoints: dict[str, ModelBackend] = {}  # the loaded checkpoint, by path, dtype, device
 
 
-def default_backend(dtype: str = "float32") -> ModelBackend:
-    """The in-memory model backend: the machine compiled for the Qwen3.5-2B geometry,
-    followed by random base layers of that geometry and a synthetic text embedding
-    (realistic statistics), muted against it. Built once per process (about 2 minutes
-    on 2 CPU cores); a merged checkpoint from `qgpu build` replaces it (issue 5)."""
+def default_backend(dtype: str = "float32", geometry: str = "0.8b") -> ModelBackend:
+    """The in-memory model backend: the machine compiled for a Qwen3.5 geometry ("0.8b":
+    the reduced preset, "2b": the full one), followed by random base layers of that
+    geometry and a synthetic text embedding (realistic statistics), muted against it.
+    Built once per process (0.8b: about 40 s, 2b: about 2 minutes on 2 CPU cores)."""
     import torch
+
+    from qwengpu.circuit import GEOMETRIES
 
     if dtype not in ("float32", "bfloat16"):
         raise ArgError(f"--dtype {dtype}: the machine is exact in float32 and bfloat16 only")
-    if dtype in _backends:
-        return _backends[dtype]
-    from qwengpu.circuit import QWEN35_2B
+    shapes = GEOMETRIES.get(f"qwen3.5-{geometry}")
+    if shapes is None or geometry not in MEMORY_MODELS.values():
+        raise ArgError(f"--model memory:{geometry}: choose memory:0.8b or memory:2b")
+    if (dtype, geometry) in _backends:
+        return _backends[dtype, geometry]
     from qwengpu.circuit.mute import synthetic_embedding
     from qwengpu.machine.model import build_launch_model, compile_machine
 
+    _backends.clear()  # one in-memory model at a time: they are several GB
     print(
-        "qgpu: building the machine model in memory (Qwen3.5-2B geometry, "
-        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype}; about 2 minutes)...",
+        f"qgpu: building the machine model in memory (Qwen3.5-{geometry} geometry, "
+        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype})...",
         file=sys.stderr,
         flush=True,
     )
-    text = _default_text(synthetic_embedding, QWEN35_2B.hidden)
-    if QWEN35_2B.name not in _machines:
-        _machines[QWEN35_2B.name] = compile_machine(QWEN35_2B, embedding=text)
-    machine = _machines[QWEN35_2B.name]
+    text = _default_text(synthetic_embedding, shapes.hidden)
+    if shapes.name not in _machines:
+        _machines.clear()
+        _machines[shapes.name] = compile_machine(shapes, embedding=text)
+    machine = _machines[shapes.name]
     model, offset = build_launch_model(
         machine, text, base_layers=DEFAULT_BASE_LAYERS, dtype=getattr(torch, dtype)
     )
-    _backends[dtype] = ModelBackend(machine, model, offset)
-    return _backends[dtype]
+    _backends[dtype, geometry] = ModelBackend(machine, model, offset)
+    return _backends[dtype, geometry]
 
 
 def _default_text(synthetic_embedding, hidden: int) -> np.ndarray:
@@ -356,15 +448,15 @@ def _default_text(synthetic_embedding, hidden: int) -> np.ndarray:
 _machines: dict[str, CompiledMachine] = {}
 
 
-def _steps(generated: Sequence[Token]) -> list[ModelStep]:
+def _steps(generated: Sequence[Token], lanes: int) -> list[ModelStep]:
     steps: list[ModelStep] = []
     cta = 0
     for t in generated:
         if t.kind == "CTA":
             cta = t.get("cta")
         if t.kind == "EXEC":
-            lanes = tuple(lane for lane in range(4) if (t.get("mask") >> lane) & 1)
-            steps.append(ModelStep(cta, t.get("w"), t.get("b"), lanes))
+            active = tuple(lane for lane in range(lanes) if (t.get("mask") >> lane) & 1)
+            steps.append(ModelStep(cta, t.get("w"), t.get("b"), active))
         if steps:
             steps[-1].tokens.append(t)
     return steps

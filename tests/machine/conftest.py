@@ -1,6 +1,7 @@
-"""Shared machine fixtures: the machine compiled once per test session for the Qwen3.5-2B
-geometry (about a minute on 2 cores), and one in-memory model at a time (a 2B-wide stack
-of 36 layers takes several GB)."""
+"""Shared machine fixtures: the machine compiled once per test session for a geometry (the
+reduced preset on Qwen3.5-0.8B in the default run, about 25 s; the full machine on
+Qwen3.5-2B in the slow tier, about a minute), and one in-memory model at a time (a
+2B-wide stack of 36 layers takes several GB)."""
 
 from __future__ import annotations
 
@@ -9,32 +10,34 @@ import gc
 import numpy as np
 import pytest
 
-from qwengpu.circuit import QWEN35_2B
+from qwengpu.circuit import QWEN35_0_8B, QWEN35_2B
 from qwengpu.circuit.mute import synthetic_embedding
 
 TEXT_ROWS = 2048
 
 
-@pytest.fixture(scope="session")
-def text_embedding() -> np.ndarray:
-    rows = synthetic_embedding(TEXT_ROWS, QWEN35_2B.hidden, seed=7)
-    return rows.float().numpy().astype(np.float64)
-
-
-@pytest.fixture(scope="session")
-def compiled_machine(text_embedding):
-    from qwengpu.machine.model import compile_machine
-
-    return compile_machine(QWEN35_2B, embedding=text_embedding)
+def _text(hidden: int) -> np.ndarray:
+    return synthetic_embedding(TEXT_ROWS, hidden, seed=7).float().numpy().astype(np.float64)
 
 
 class Backends:
-    """Builds the in-memory model for a dtype, keeping only the latest one alive."""
+    """Builds the in-memory model for a dtype, keeping only the latest one (of every
+    Backends) alive."""
 
-    def __init__(self, machine, text) -> None:
-        self.machine, self.text = machine, text
+    built: list[Backends] = []
+
+    def __init__(self, geometry) -> None:
+        from qwengpu.machine.model import compile_machine
+
+        self.geometry = geometry
+        self.text = _text(geometry.hidden)
+        self.machine = compile_machine(geometry, embedding=self.text)
         self.dtype = None
         self.backend = None
+
+    @property
+    def spec(self):
+        return self.machine.spec
 
     def get(self, dtype_name: str):
         import torch
@@ -43,10 +46,11 @@ class Backends:
         from qwengpu.machine.model import build_launch_model
 
         if self.dtype != dtype_name:
-            self.backend = None
-            gc.collect()  # free the previous model (its modules hold cycles) before the next
+            for other in Backends.built:
+                other.release()
+            Backends.built = [self]
             rng = np.random.default_rng(3)
-            norm = rng.normal(0.0, 0.1, QWEN35_2B.hidden)  # a base's final-norm weights
+            norm = rng.normal(0.0, 0.1, self.geometry.hidden)  # a base's final-norm weights
             model, offset = build_launch_model(
                 self.machine,
                 self.text,
@@ -58,7 +62,21 @@ class Backends:
             self.dtype = dtype_name
         return self.backend
 
+    def release(self) -> None:
+        self.backend, self.dtype = None, None
+        gc.collect()  # free the model (its modules hold cycles) before the next one
+
 
 @pytest.fixture(scope="session")
-def backends(compiled_machine, text_embedding) -> Backends:
-    return Backends(compiled_machine, text_embedding)
+def reduced() -> Backends:
+    """The reduced preset (2-lane warps) on the Qwen3.5-0.8B geometry."""
+    return Backends(QWEN35_0_8B)
+
+
+@pytest.fixture(scope="module")
+def full() -> Backends:
+    """The full machine on the Qwen3.5-2B geometry (slow tier; its ~8 GB of compiled layers
+    live for one module)."""
+    backends = Backends(QWEN35_2B)
+    yield backends
+    backends.release()

@@ -16,7 +16,7 @@ import pytest
 
 from qwengpu import api
 from qwengpu.host.check import CheckFailed, check_launch
-from qwengpu.machine.model import MACHINE_SPEC
+from qwengpu.host.model_backend import LaunchRequest
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 
@@ -33,22 +33,21 @@ suite = _suite()
 CASES = {c.name: c for c in suite.CASES}
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 
-# Small cases for the default run (16 and 26 steps: a loop, brev and clz); the slow tier
-# runs more, and every case that fits the machine.
-DEFAULT_CASES = ["uniform_loop_zero_trips", "ffs"]
-SLOW_CASES = [
-    "atomic_sub",
-    "predicated",
-    "select_ternary",
-    "shifts",
-    "bitwise",
-    "clamp",
-    "popc",
-    "clz",
-    "bit_tricks",
-    "count_if",
-    "div_u_var",
-]
+# The default run: the dot product alone (prefill and token by token), and a batch of
+# short kernels per dtype: loops, divergence, atomics, stores, bit ops, predicates,
+# %laneid, constant memory.
+# A forward pass costs about 0.3 s on 2 CPU cores (the reduced machine on 0.8B), so the
+# whole suite (about 14,000 EXEC steps) runs in the slow tier.
+DEFAULT_BATCHES = {
+    "float32": [
+        "uniform_loop_zero_trips", "popc", "atomic_sub", "ffs", "laneid", "constant_lut",
+    ],
+    "bfloat16": ["clz", "atomic_exch", "reverse_inplace", "predicated", "dot"],
+}  # fmt: skip
+WARP_SIZE_TAGS = {"laneid", "warp_edges", "ballot", "shfl_width", "shfl_up", "shfl_down"}
+"""Cases whose oracle (the CUDA answer) holds for 4-lane warps only: on the reduced preset's
+2-lane warps the model must still equal the interpreter."""
+FULL_MIN_CASES = 20  # kernels the slow tier runs on the full machine (2B geometry)
 _runs: dict[str, object] = {}  # launches kept for the tests that only inspect them
 
 
@@ -61,133 +60,199 @@ def _dot_args():
     ]
 
 
-@pytest.mark.parametrize(("dtype", "prefill"), [("float32", True), ("bfloat16", False)])
-def test_dot_product(backends, dtype, prefill):
-    backend = backends.get(dtype)
-    program = api.compile(DOT, spec=MACHINE_SPEC)
+def _dot(backend, dtype: str, prefill: bool):
+    program = api.compile(DOT, spec=backend.machine.spec)
     args = _dot_args()
     run = backend.launch(program, 1, 4, args, prefill=prefill)
     print(
-        f"dot ({dtype}, prefill={prefill}): {len(run.generated)} tokens, "
-        f"{len(run.steps)} EXECs, {run.prompt_tokens} load tokens"
+        f"dot ({backend.machine.geometry.name}, {dtype}, prefill={prefill}): "
+        f"{len(run.generated)} tokens, {len(run.steps)} EXECs, {run.prompt_tokens} load tokens"
     )
     assert int(args[2][0]) == 32
     assert check_launch(program, run) == len(run.steps)
     assert run.generated[-1].kind == "END"
-    _runs[dtype] = run
-
-
-def _run_case(backend, name: str, dtype: str, progress=None):
-    case = CASES[name]
-    program = api.compile(suite.load_source(case), case.kernel, spec=MACHINE_SPEC)
-    seed = zlib.crc32(case.name.encode())
-    model_args = case.make_args(np.random.default_rng(seed))
-    ref_args = copy.deepcopy(model_args)
-    expected = case.oracle(copy.deepcopy(model_args))
-    run = backend.launch(program, case.grid, case.block, model_args, progress=progress)
-    api.launch(program, case.grid, case.block, ref_args)
-    check_launch(program, run)
-    for got, want, oracle in zip(model_args, ref_args, expected, strict=True):
-        if isinstance(got, np.ndarray):
-            assert np.array_equal(got, want), f"{name} ({dtype}): model != interpreter"
-            assert np.array_equal(got, np.asarray(oracle).astype(got.dtype)), f"{name}: oracle"
     return run
 
 
-@pytest.mark.parametrize(
-    "name", DEFAULT_CASES + [pytest.param(n, marks=pytest.mark.slow) for n in SLOW_CASES]
-)
-def test_suite_kernel_through_the_model(backends, name):
+# load tokens in one prefill (chunked DeltaNet path) and token by token (recurrent path);
+# decoding is always the recurrent path, in both dtypes
+@pytest.mark.parametrize(("dtype", "prefill"), [("float32", False), ("bfloat16", True)])
+def test_dot_product(reduced, dtype, prefill):
+    _runs[dtype] = _dot(reduced.get(dtype), dtype, prefill)
+
+
+def _requests(spec, names: list[str]) -> list[tuple[LaunchRequest, list, list]]:
+    """Each case's launch request with the interpreter's and the oracle's answers (all
+    computed before any model launch, which may then run with the interpreter forbidden)."""
+    out = []
+    for name in names:
+        case = CASES[name]
+        program = api.compile(suite.load_source(case), case.kernel, spec=spec)
+        model_args = case.make_args(np.random.default_rng(zlib.crc32(case.name.encode())))
+        ref_args = copy.deepcopy(model_args)
+        api.launch(program, case.grid, case.block, ref_args)
+        oracle = case.oracle(copy.deepcopy(model_args))
+        out.append((LaunchRequest(program, case.grid, case.block, model_args), ref_args, oracle))
+    return out
+
+
+def _verify(name: str, job: tuple[LaunchRequest, list, list], run, dtype: str) -> None:
+    """--check replay, then every array equal to the interpreter's (and to the CUDA
+    oracle where it does not depend on the warp size)."""
+    request, ref, oracle = job
+    check_launch(request.program, run)
+    cuda_answer = request.program.spec.lanes == 4 or not WARP_SIZE_TAGS & set(CASES[name].tags)
+    for got, want, answer in zip(request.args, ref, oracle, strict=True):
+        if isinstance(got, np.ndarray):
+            assert np.array_equal(got, want), f"{name} ({dtype}): model != interpreter"
+            if cuda_answer:
+                assert np.array_equal(got, np.asarray(answer).astype(got.dtype)), name
+
+
+def _run_and_verify(backend, names: list[str], dtype: str, prefill: bool) -> None:
+    jobs = _requests(backend.machine.spec, names)
+    runs = backend.launch_many([j[0] for j in jobs], prefill=prefill)
+    for name, job, run in zip(names, jobs, runs, strict=True):
+        _verify(name, job, run, dtype)
+
+
+@pytest.mark.parametrize("dtype", list(DEFAULT_BATCHES))
+def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
+    names = DEFAULT_BATCHES[dtype]
+    backend = reduced.get(dtype)
+    jobs = _requests(backend.machine.spec, names)
     said: list[str] = []
-    run = _run_case(backends.get("float32"), name, "float32", progress=said.append)
-    print(f"{name}: {len(run.generated)} tokens, {len(run.steps)} EXECs")
-    # progress every 16 EXECs and at the end, warps counted from the scheduler's state
-    assert len(said) == 1 + len(run.steps) // 16
-    warps = -(-CASES[name].block[0] // MACHINE_SPEC.lanes)
-    assert said[-1].startswith(f"CTA {CASES[name].grid[0]}/{CASES[name].grid[0]}: {warps}/{warps}")
+    with monkeypatch.context() as patch:
+        if dtype == "float32":  # the model's results do not come from the interpreter
+            _forbid_the_interpreter(patch)
+        runs = backend.launch_many([j[0] for j in jobs], progress=said.append)
+    for name, job, run in zip(names, jobs, runs, strict=True):
+        _verify(name, job, run, dtype)
+        program = job[0].program
+        print(f"{name} ({dtype}): {len(run.generated)} tokens, {len(run.steps)} EXECs")
+        # progress every 16 EXECs and at the end, warps counted from the scheduler's state
+        mine = [line for line in said if line.startswith(f"{program.name}: ")]
+        assert len(mine) == 1 + len(run.steps) // 16, mine
+        case = CASES[name]
+        warps = -(-case.block[0] // reduced.spec.lanes)
+        grid = case.grid[0]
+        assert mine[-1].startswith(f"{program.name}: CTA {grid}/{grid}: {warps}/{warps}")
 
 
-def _fitting_cases() -> list[str]:
+def _forbid_the_interpreter(patch: pytest.MonkeyPatch) -> None:
+    """Make the interpreter unimportable and unusable (for the length of `patch`)."""
+    import qwengpu.interp.machine as interp
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the model backend called the interpreter")
+
+    patch.setattr(interp, "run_program", forbidden)
+    patch.setattr(interp.Interpreter, "step", forbidden)
+    for name in [m for m in sys.modules if m.startswith("qwengpu.interp")]:
+        patch.setitem(sys.modules, name, None)  # any import of it now fails
+
+
+def _fitting_cases(spec) -> list[str]:
+    """Suite cases the machine runs (1-D, at most 16 threads and 16 CTAs, every
+    instruction supported), shortest first."""
     from qwengpu.machine.rom import MachineUnsupported, check_supported
 
-    names = []
+    steps = {}
     for case in suite.CASES:
         if case.block[1:] != (1, 1) or case.grid[1:] != (1, 1) or case.block[0] > 16:
             continue
         if case.grid[0] > 16:
             continue
         try:
-            program = api.compile(suite.load_source(case), case.kernel, spec=MACHINE_SPEC)
+            program = api.compile(suite.load_source(case), case.kernel, spec=spec)
             for i, block in enumerate(program.blocks):
-                check_supported(i, block, MACHINE_SPEC)
+                check_supported(i, block, spec)
         except MachineUnsupported:
             continue
-        names.append(case.name)
-    return names
+        args = case.make_args(np.random.default_rng(zlib.crc32(case.name.encode())))
+        steps[case.name] = api.launch(program, case.grid, case.block, args).steps
+    return sorted(steps, key=steps.get)
+
+
+def _batches(names: list[str], size: int = 8) -> list[list[str]]:
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dtype", "prefill"), [("float32", True), ("bfloat16", False)])
+def test_every_fitting_suite_kernel(reduced, dtype, prefill):
+    names = _fitting_cases(reduced.spec)
+    assert len(names) >= 70
+    for batch in _batches(names):
+        _run_and_verify(reduced.get(dtype), batch, dtype, prefill)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_every_fitting_suite_kernel(backends, dtype):
-    names = _fitting_cases()
-    assert len(names) >= 70
-    for name in names:
-        _run_case(backends.get(dtype), name, dtype)
+def test_the_full_machine_on_the_2b_geometry(full, dtype):
+    backend = full.get(dtype)
+    _dot(backend, dtype, prefill=dtype == "float32")
+    names = _fitting_cases(full.spec)[:FULL_MIN_CASES]
+    for batch in _batches(names):
+        _run_and_verify(backend, batch, dtype, prefill=dtype == "float32")
 
 
-def test_results_do_not_come_from_the_interpreter(backends, monkeypatch):
-    """The interpreter is made unimportable and unusable during a model launch."""
-    import qwengpu.interp.machine as interp
-
-    backend = backends.get("float32")
-    program = api.compile(DOT, spec=MACHINE_SPEC)
-
-    def forbidden(*_a, **_k):
-        raise AssertionError("the model backend called the interpreter")
-
-    monkeypatch.setattr(interp, "run_program", forbidden)
-    monkeypatch.setattr(interp.Interpreter, "step", forbidden)
-    for name in [m for m in sys.modules if m.startswith("qwengpu.interp")]:
-        monkeypatch.setitem(sys.modules, name, None)  # any import of it now fails
-    args = _dot_args()
-    result = api.launch(program, 1, 4, args, backend="model", model=backend)
-    assert int(args[2][0]) == 32 and result.tokens > 0
-
-
-def test_check_reports_the_first_divergence(backends):
-    program = api.compile(DOT, spec=MACHINE_SPEC)
+def test_check_reports_the_first_divergence(reduced):
+    program = api.compile(DOT, spec=reduced.spec)
     run = copy.deepcopy(_runs.get("float32"))
     if run is None:
-        run = backends.get("float32").launch(program, 1, 4, _dot_args())
-    step = next(s for s in run.steps if s.block == 4)  # s2r r1, %tid.x: one token per lane
-    i = next(k for k, t in enumerate(step.tokens) if t.kind == "FREG" and t.get("sel") == 2)
+        run = reduced.get("float32").launch(program, 1, 4, _dot_args())
+    # B4 is `s2r r1, %tid.x`: one write-back per lane; corrupt lane 1's in warp 1
+    k, step = next((k, s) for k, s in enumerate(run.steps) if s.block == 4 and s.warp == 1)
+    i = next(j for j, t in enumerate(step.tokens) if t.kind == "FREG" and t.get("sel") == 1)
     bad = step.tokens[i]
-    step.tokens[i] = type(bad)(bad.kind, tuple((k, 7 if k == "v" else v) for k, v in bad.payload))
-    with pytest.raises(CheckFailed, match=r"step 4: cta 0 warp 0 block B4 lane 2 r1: expected 0x2"):
+    step.tokens[i] = type(bad)(bad.kind, tuple((n, 7 if n == "v" else v) for n, v in bad.payload))
+    tid = reduced.spec.lanes + 1
+    expected = rf"step {k}: cta 0 warp 1 block B4 lane 1 r1: expected {tid:#x}"
+    with pytest.raises(CheckFailed, match=expected):
         check_launch(program, run)
 
 
-def test_program_outside_the_machine_is_refused(backends):
+def test_program_outside_the_machine_is_refused(reduced):
     from qwengpu.machine.rom import MachineUnsupported
 
     src = 'extern "C" __global__ void k(unsigned* o)'
     src += " { o[threadIdx.x] = __umulhi(o[threadIdx.x], 77u + threadIdx.x); }"
-    program = api.compile(src, spec=MACHINE_SPEC)
+    program = api.compile(src, spec=reduced.spec)
     with pytest.raises(MachineUnsupported, match="mulhu"):
-        backends.get("float32").launch(program, 1, 4, [np.zeros(4, np.uint32)])
+        reduced.get("float32").launch(program, 1, 4, [np.zeros(4, np.uint32)])
 
 
-def test_layout_alone_matches_the_compiled_machine(compiled_machine):
-    """A checkpoint's runtime rebuilds the schedule without weights (machine_layout); it
-    must place every field and memory exactly where the compiled machine did."""
-    from qwengpu.circuit import QWEN35_2B
+def _same_layout(compiled) -> None:
     from qwengpu.machine.model import machine_layout
 
-    layout = machine_layout(QWEN35_2B)
-    built, rebuilt = compiled_machine.compiled.schedule, layout.compiled.schedule
+    layout = machine_layout(compiled.geometry)
+    built, rebuilt = compiled.compiled.schedule, layout.compiled.schedule
+    assert layout.spec == compiled.spec
     assert rebuilt.dims == built.dims
     assert rebuilt.layer_types == built.layer_types
     slots = [[(s.memory.name, s.value_heads) for s in p.slots] for p in built.layers]
     assert [[(s.memory.name, s.value_heads) for s in p.slots] for p in rebuilt.layers] == slots
-    assert layout.code_dims == compiled_machine.code_dims
-    assert layout.vocab.tokens == compiled_machine.vocab.tokens
+    assert layout.code_dims == compiled.code_dims
+    assert layout.vocab.tokens == compiled.vocab.tokens
+
+
+def test_layout_alone_matches_the_compiled_machine(reduced):
+    """A checkpoint's runtime rebuilds the schedule without weights (machine_layout); it
+    must place every field and memory exactly where the compiled machine did."""
+    _same_layout(reduced.machine)
+
+
+@pytest.mark.slow
+def test_the_2b_layout_alone_matches_the_compiled_machine(full):
+    _same_layout(full.machine)
+
+
+def test_a_runaway_launch_ends_at_its_step_budget(reduced):
+    from qwengpu.errors import LaunchError
+
+    src = 'extern "C" __global__ void spin(volatile int* a) { while (a[0] == 0) { a[1]++; } }'
+    program = api.compile(src, spec=reduced.spec)
+    budget = r"launch of 'spin' ran past its step budget of 8 EXEC steps"
+    with pytest.raises(LaunchError, match=budget):
+        reduced.get("float32").launch(program, 1, 2, [np.zeros(2, np.int32)], max_steps=8)
