@@ -111,23 +111,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     source = _read_source(args.file)
     compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
     if args.backend == "model":
-        from qwengpu.host.model_backend import model_backend, stderr_progress
+        from qwengpu.host.model_backend import end_progress, model_backend, stderr_progress
 
         backend = model_backend(
             args.model, dtype=args.dtype, base=args.base, device=args.device, progress=_say
         )
         program = lower_ptx(compiled.ptx, args.kernel, spec=backend.machine.spec)
-        result = launch(
-            program,
-            grid,
-            block,
-            launch_args,
-            backend="model",
-            max_steps=args.max_steps,
-            check=args.check,
-            model=backend,
-            progress=stderr_progress,
-        )
+        try:
+            result = launch(
+                program,
+                grid,
+                block,
+                launch_args,
+                backend="model",
+                max_steps=args.max_steps,
+                check=args.check,
+                model=backend,
+                progress=stderr_progress,
+            )
+        finally:
+            end_progress()  # an error message starts on its own line
     else:
         program = lower_ptx(compiled.ptx, args.kernel)
         result = launch(

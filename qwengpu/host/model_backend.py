@@ -463,4 +463,14 @@ def _steps(generated: Sequence[Token], lanes: int) -> list[ModelStep]:
 
 
 def stderr_progress(message: str) -> None:
-    print(f"\r{message}", end="", file=sys.stderr, flush=True)
+    """One progress line, rewritten in place on a terminal (the caller ends it with a
+    newline, `end_progress`); one line per report elsewhere (logs, pipes)."""
+    if sys.stderr.isatty():
+        print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
+def end_progress() -> None:
+    if sys.stderr.isatty():
+        print(file=sys.stderr, flush=True)
