@@ -153,9 +153,10 @@ class ModelBackend:
         prefill=True feeds the load tokens in one forward (chunked DeltaNet path); False
         feeds them one by one with the cache (recurrent path)."""
         request = LaunchRequest(program, grid, block, args)
-        return self.launch_many([request], max_steps=max_steps, prefill=prefill, progress=progress)[
-            0
-        ]
+        (run,) = self.launch_many(
+            [request], max_steps=max_steps, prefill=prefill, progress=progress
+        )
+        return run
 
     def launch_many(
         self,
@@ -257,13 +258,15 @@ class ModelBackend:
 
     def _report(self, jobs: Sequence[_Job], cache: Any, progress: Callable[[str], None]) -> None:
         """Progress every PROGRESS_EVERY EXEC steps of a launch, and when it ends."""
+        states: dict[int, np.ndarray] | None = None  # read from the cache once per step
         for b, job in enumerate(jobs):
             t = job.generated[-1] if job.generated else None
             due = t is not None and (t.kind == "EXEC" and job.execs % PROGRESS_EVERY == 0)
             if job.reported or not (due or job.done):
                 continue
             job.reported = job.done
-            done = self.warps_done(cache, job.block[0], b)
+            states = self.recurrent_states(cache) if states is None else states
+            done = self.warps_done(states, job.block[0], b)
             name = f"{job.name}: " if len(jobs) > 1 else ""
             progress(
                 f"{name}CTA {job.cta + 1}/{job.grid[0]}: {done}/{self._warps(job.block[0])} "
@@ -292,10 +295,9 @@ class ModelBackend:
     def _warps(self, ntid: int) -> int:
         return -(-ntid // self.machine.spec.lanes)
 
-    def warps_done(self, cache: Any, ntid: int, batch: int = 0) -> int:
+    def warps_done(self, states: dict[int, np.ndarray], ntid: int, batch: int = 0) -> int:
         """Warps of the current CTA whose lanes have all exited, from the scheduler's live
-        bits in the recurrent state (for the progress display)."""
-        states = self.recurrent_states(cache)
+        bits in the recurrent states (`recurrent_states(cache)`; for the progress display)."""
         lanes, done = self.machine.spec.lanes, 0
         for w in range(self._warps(ntid)):
             threads = range(w * lanes, min(ntid, (w + 1) * lanes))
@@ -407,8 +409,6 @@ def default_backend(dtype: str = "float32", geometry: str = "0.8b") -> ModelBack
     the reduced preset, "2b": the full one), followed by random base layers of that
     geometry and a synthetic text embedding (realistic statistics), muted against it.
     Built once per process (0.8b: about 40 s, 2b: about 2 minutes on 2 CPU cores)."""
-    import torch
-
     from qwengpu.circuit import GEOMETRIES
 
     if dtype not in ("float32", "bfloat16"):
@@ -416,6 +416,8 @@ def default_backend(dtype: str = "float32", geometry: str = "0.8b") -> ModelBack
     shapes = GEOMETRIES.get(f"qwen3.5-{geometry}")
     if shapes is None or geometry not in MEMORY_MODELS.values():
         raise ArgError(f"--model memory:{geometry}: choose memory:0.8b or memory:2b")
+    import torch
+
     if (dtype, geometry) in _backends:
         return _backends[dtype, geometry]
     from qwengpu.circuit.mute import synthetic_embedding
