@@ -124,12 +124,9 @@ class CompiledMachine:
                 return t
         return None
 
-    def state_dicts(self, dtype: Any = None) -> list[dict]:
-        """Circuit layer state dicts, the last layer's MLP carrying the output amplifier."""
-        return [self.layer_state_dict(i, dtype) for i in range(len(self.compiled.layers))]
-
     def layer_state_dict(self, index: int, dtype: Any = None) -> dict:
-        """One circuit layer's state dict (for streaming a checkpoint layer by layer)."""
+        """One circuit layer's state dict, the last layer's MLP carrying the output
+        amplifier (one at a time: a checkpoint streams them, a model loads them)."""
         layer = self.compiled.layers[index]
         sd = layer.state_dict(dtype)
         if index == len(self.compiled.layers) - 1:
