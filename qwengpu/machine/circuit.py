@@ -23,7 +23,7 @@ from qwengpu.circuit.encodings import Encoding
 from qwengpu.circuit.ir import Field
 from qwengpu.circuit.logic import match_form
 from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
-from qwengpu.isa.instr import AtomOp, Cond, Op, PredFn, Special, TermKind
+from qwengpu.isa.instr import AtomOp, Cond, Op, PredFn, Special, TermKind, VoteMode
 from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout
 from qwengpu.machine.tokens import ADDR_BITS, KIND_NAMES, WORD_BYTES, Vocabulary
@@ -363,6 +363,7 @@ class MachineCircuit:
             Op.SEL: c.mux(pa_eff, A, B),
             Op.S2R: self._special_registers(),
             Op.LD: self._loads(),
+            Op.VOTE: self._votes(pa_eff),
             **self._bit_counts(),
         }
         self.results = results
@@ -410,6 +411,11 @@ class MachineCircuit:
                 for fn, form in values.items()
             ]
 
+        votes = list(VoteMode)
+        vote_terms = [
+            (self.mode.ch(votes.index(mode)) + self.opc(Op.VOTE) - 1, bit(result))
+            for mode, result in self.vote_preds.items()
+        ]
         self.p_new = products(
             c,
             "pred.new",
@@ -421,9 +427,38 @@ class MachineCircuit:
                         for cd, form in condition_forms(hs, eq, ge, lane).items()
                     ]
                     + plop_terms(lane)
+                    + vote_terms
                 ]
                 for lane in range(self.lanes)
             ],
+        )
+
+    def _votes(self, pa_eff: Field) -> Field:
+        """vote over the executing lanes' pa ^ neg_a: ballot (the voters' lane mask, in
+        every lane) as a result, any and all as predicates (`vote_preds`)."""
+        c, E, lanes = self.c, self.E, range(self.lanes)
+        voters = wires(
+            c,
+            "vote.voters",
+            Bits(self.lanes),
+            [[[E.ch(0, n) + pa_eff.ch(0, n) - 1] for n in lanes]],
+        )
+        # all: no executing lane votes no (voters <= executing lanes, so this is 0/1)
+        unanimous = wires(
+            c,
+            "vote.all",
+            Bit(),
+            [[[1 + sum((voters.ch(n) - E.ch(0, n) for n in lanes), Lin())]]],
+        )
+        self.vote_preds = {
+            VoteMode.ANY: c.or_bits(voters, name="vote.any"),
+            VoteMode.ALL: unanimous,
+        }
+        return wires(
+            c,
+            "ballot",
+            Bits(self.lanes),
+            [[[voters.ch(n)] for n in lanes] for _ in lanes],
         )
 
     def _bit_counts(self) -> dict[Op, Field]:
@@ -590,9 +625,32 @@ class MachineCircuit:
         addr = pick_lane(c, "atom.addr", lane, lanes_of(c, "wordaddrs", self.word_addr))
         hs, eq, ge = (c.compare(old, b, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         cf = condition_forms(hs, eq, ge, 0)
+        atoms = list(AtomOp)
+
+        def fn_is(fn: AtomOp) -> Lin:
+            return self.opc(Op.ATOM) + self.mode.ch(atoms.index(fn)) - 1
+
+        # one adder for add (old + b), inc (old + 1) and dec (old + 0xffffffff)
+        addend = wires(
+            c,
+            "atom.addend",
+            Bits(32),
+            [
+                [
+                    [fn_is(AtomOp.ADD) + b.ch(i) - 1, fn_is(AtomOp.DEC)]
+                    + ([fn_is(AtomOp.INC)] if i == 0 else [])
+                    for i in range(32)
+                ]
+            ],
+        )
+        total = c.add(old, addend)
+        # dec wraps to b where old == 0 or old > b (exclusive: old == 0 is never > b)
+        wraps = 1 - bit(c.or_bits(old, name="atom.old.nz")) + cf[Cond.HI]
         # fn -> [(condition form, value)]: the result is the value whose condition is 1
         choices: dict[AtomOp, list[tuple[Lin, Field]]] = {
-            AtomOp.ADD: [(Lin.of(1), c.add(old, b))],
+            AtomOp.ADD: [(Lin.of(1), total)],
+            AtomOp.INC: [(1 - cf[Cond.HS], total)],  # old >= b gives 0
+            AtomOp.DEC: [(wraps, b), (1 - wraps, total)],
             AtomOp.EXCH: [(Lin.of(1), b)],
             AtomOp.AND: [(Lin.of(1), c.bit_and(old, b))],
             AtomOp.OR: [(Lin.of(1), c.bit_or(old, b))],
@@ -602,13 +660,11 @@ class MachineCircuit:
             AtomOp.MINU: [(cf[Cond.LO], old), (1 - cf[Cond.LO], b)],
             AtomOp.MAXU: [(cf[Cond.HI], old), (1 - cf[Cond.HI], b)],
         }
-        atoms = list(AtomOp)
         chans = []
         for i in range(32):
             terms = [(self.opc(Op.ST), b.ch(i))]
             for fn, options in choices.items():
-                gate = self.opc(Op.ATOM) + self.mode.ch(atoms.index(fn)) - 1
-                terms += [(gate + when - 1, r.ch(i)) for when, r in options]
+                terms += [(fn_is(fn) + when - 1, r.ch(i)) for when, r in options]
             chans.append(terms)
         new = products(c, "atom.new", Bits(32), [chans])
         self.atb_addr, self.atb_new, self.atb_old = self._register(
@@ -621,10 +677,7 @@ class MachineCircuit:
     # -- terminator and scheduler ---------------------------------------------------------------
     def _terminator(self) -> None:
         c, ins, k = self.c, self.ins, self.kind
-        fwd = c.and_(
-            c.equal(ins["pd"], ins["term_pred"]),
-            bits_of(c, "writes_pred", [self.opc(Op.SETP) + self.opc(Op.PLOP)]),
-        )
+        fwd = c.and_(c.equal(ins["pd"], ins["term_pred"]), ins["wp"])
         fwd_e = wires(
             c, "fwd.e", Bit(), [[[bit(fwd) + self.E.ch(0, lane) - 1]] for lane in range(self.lanes)]
         )
@@ -705,10 +758,37 @@ class MachineCircuit:
                 )
                 self.sched_nb[w, lane], self.sched_live[w, lane] = nb_r, live_r
 
+    def _barrier_latches(self) -> list[Field]:
+        """Per warp, "waiting at a barrier": set by the EXEC of a block that ends in
+        bar.sync, cleared for every warp by BAR (the release) and by CTA."""
+        c, k = self.c, self.kind
+        arrives = self.term_is(TermKind.BARRIER)
+        waits = []
+        for w in range(self.spec.warps):
+            when = wires(
+                c,
+                f"wait.we{w}",
+                Bit(),
+                [
+                    [
+                        [
+                            bit(k["EXEC"]) + matches(self.cur_w, w) + arrives - 2,
+                            bit(k["BAR"]),
+                            bit(k["CTA"]),
+                        ]
+                    ]
+                ],
+            )
+            (wait,) = self._register(f"wait{w}", [Column("on", Bit())], [k["EXEC"]], when)
+            waits.append(wait)
+        return waits
+
     def _scheduler(self) -> None:
-        """Lowest live warp; in it, the lowest next block among its live lanes (minimum-PC)
-        and the lanes waiting there."""
+        """Lowest live warp not waiting at a barrier; in it, the lowest next block among its
+        live lanes (minimum-PC) and the lanes waiting there. `any_live` without `any_ready`:
+        every live warp waits, and the next token is the release, BAR."""
         c = self.c
+        waits = self._barrier_latches()
         big = 1 << self.bb  # a dead lane's block never counts as lower
         cands, blocks, anys = [], [], []
         for w in range(self.spec.warps):
@@ -756,7 +836,11 @@ class MachineCircuit:
             blocks.append(block)
             anys.append(any_)
         live_warps = bits_of(c, "warps.live", [bit(a) for a in anys])
-        wsel, self.any_live = c.priority(live_warps, name="warp")
+        self.any_live = c.or_bits(live_warps, name="any.live")
+        ready = bits_of(
+            c, "warps.ready", [bit(a) - bit(w) for a, w in zip(anys, waits, strict=True)]
+        )
+        wsel, self.any_ready = c.priority(ready, name="warp")
         self.next_b = products(
             c,
             "next.exec.b",
@@ -872,7 +956,7 @@ class MachineCircuit:
         )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
         natom, natom_any = c.priority(after_atom, name="next.atom")
-        is_setp = self.opc(Op.SETP) + self.opc(Op.PLOP)  # writes a predicate
+        is_setp = ins["wp"].ch(0)  # writes a predicate
         is_mem = self.opc(Op.ST) + self.opc(Op.ATOM)
         wb = ins["wb"].ch(0)
         is_atom_op = self.opc(Op.ATOM)
@@ -1016,11 +1100,12 @@ class MachineCircuit:
         # targets as fields, to combine with byte / final
         tgt = wires(c, "wb.target", Bits(3), [[[reg_t], [amem_t], [areg_t]]])
         sch = bit(sched)
-        al = bit(self.any_live)
+        al, ar = bit(self.any_live), bit(self.any_ready)
         mc = bit(self.more_ctas)
         ib = bit(is_byte)
         kinds = {
-            "EXEC": [sch + al - 1],
+            "EXEC": [sch + ar - 1],
+            "BAR": [sch + al - ar - 1],
             "CTA": [sch - al + mc - 1],
             "END": [sch - al - mc],
             "PRED": [g("pred")],
@@ -1039,7 +1124,7 @@ class MachineCircuit:
             OneHot(len(KIND_NAMES), allow_none=True),
             [[kinds.get(name, []) for name in KIND_NAMES]],
         )
-        exec_gate = sch + al - 1
+        exec_gate = sch + ar - 1
         o_b = wires(
             c, "o_b", Bits(self.bb), [[[exec_gate + self.next_b.ch(i) - 1] for i in range(self.bb)]]
         )

@@ -55,6 +55,7 @@ SUPPORTED_OPS = frozenset(
         Op.LD,
         Op.ST,
         Op.ATOM,
+        Op.VOTE,
     }
 )
 SUPPORTED_ATOMS = (
@@ -67,6 +68,8 @@ SUPPORTED_ATOMS = (
     AtomOp.MAX,
     AtomOp.MINU,
     AtomOp.MAXU,
+    AtomOp.INC,
+    AtomOp.DEC,
 )
 SUPPORTED_SPECIALS = (
     Special.TID_X,
@@ -123,7 +126,8 @@ class RomLayout:
             ("has_guard", 1),
             ("guard", p),
             ("guard_neg", 1),
-            ("wb", 1),
+            ("wb", 1),  # rd is live out: its value travels back in write-back tokens
+            ("wp", 1),  # writes predicate pd (setp, plop, vote.any/all)
             ("term", max(1, (len(TERM_KINDS) - 1).bit_length())),
             ("target", b),
             ("other", b),
@@ -164,11 +168,6 @@ def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
         raise MachineUnsupported(
             f"B{block_no}: {len(block.instrs)} instructions; the machine circuit runs one "
             f"instruction per pass (lower with the machine's spec, block_size 1)"
-        )
-    if block.term.kind is TermKind.BARRIER:
-        raise MachineUnsupported(
-            f"B{block_no}: barrier (PTX line {block.term.src_line}): __syncthreads is not "
-            "implemented by the machine circuit yet"
         )
     for ins in block.instrs:
         where = f"B{block_no}: '{ins}' (PTX line {ins.src_line})"
@@ -219,7 +218,7 @@ def encode_block(layout: RomLayout, block: Block, live_out: set[int]) -> list[in
         if ins.b_imm is not None:
             v["b_is_imm"], v["bimm"] = 1, ins.b_imm & WORD_MASK
         v["imm"] = ins.imm & WORD_MASK
-        v["pd"] = ins.pd or 0
+        v["pd"], v["wp"] = ins.pd or 0, int(ins.pd is not None)
         v["pa"], v["neg_a"] = ins.pa, int(ins.neg_a)
         v["pb"], v["neg_b"] = ins.pb, int(ins.neg_b)
         if ins.guard is not None:

@@ -30,6 +30,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "ROMSEL": ("romb",),  # ROM block that the next ROMBYTE tokens write (host only)
     "ROMBYTE": ("romk", "v"),  # byte romk of that block's ROM row (host only)
     "ATOM": ("lane",),  # run the block's memory write for one lane
+    "BAR": (),  # every live warp of the CTA waits at a barrier: release them
     "CTA": ("cta",),  # start CTA number cta (CTA 0 is the launch's start token)
     "LAUNCH": ("ntid", "nctaid"),  # launch geometry (host only)
     "END": (),  # the launch is over
@@ -131,6 +132,7 @@ class Vocabulary:
                 yield token("ROMBYTE", romk=k, v=v)
         for lane in range(lanes):
             yield token("ATOM", lane=lane)
+        yield token("BAR")
         for cta in range(min(s.max_grid_ctas, MAX_CTAS)):
             yield token("CTA", cta=cta)
         for ntid in range(1, min(s.threads_per_cta, MAX_NTID) + 1):

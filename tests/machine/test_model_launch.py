@@ -44,7 +44,9 @@ DEFAULT_BATCHES = {
     ],
     "bfloat16": ["clz", "atomic_exch", "reverse_inplace", "predicated", "dot"],
 }  # fmt: skip
-WARP_SIZE_TAGS = {"laneid", "warp_edges", "ballot", "shfl_width", "shfl_up", "shfl_down"}
+WARP_SIZE_TAGS = {
+    "laneid", "warp_edges", "ballot", "any_all", "shfl_width", "shfl_up", "shfl_down",
+}  # fmt: skip
 """Cases whose oracle (the CUDA answer) holds for 4-lane warps only: on the reduced preset's
 2-lane warps the model must still equal the interpreter."""
 FULL_MIN_CASES = 20  # kernels the slow tier runs on the full machine (2B geometry)
