@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from qwengpu.errors import StepLimitError, TrapError
 from qwengpu.isa.instr import (
+    SHFL_LANE_BITS,
+    SHFL_SEGMASK_SHIFT,
     AtomOp,
     Block,
     Cond,
@@ -36,7 +38,7 @@ from qwengpu.isa.spec import WORD_BITS, WORD_BYTES, WORD_MASK
 
 EXITED = -1  # a lane's next-block value once it has retired
 SIGN_BIT = 1 << (WORD_BITS - 1)
-LANE_FIELD_MASK = 0x1F  # PTX shfl operands use 5-bit lane numbers
+LANE_FIELD_MASK = (1 << SHFL_LANE_BITS) - 1
 
 
 def to_signed(value: int) -> int:
@@ -138,7 +140,7 @@ def shuffle_source(mode: ShflMode, lane: int, b: int, c: int) -> tuple[int, bool
     """PTX shfl.sync's source lane and in-range predicate for `lane` (PTX ISA, shfl)."""
     bval = b & LANE_FIELD_MASK
     clamp = c & LANE_FIELD_MASK
-    segmask = (c >> 8) & LANE_FIELD_MASK
+    segmask = (c >> SHFL_SEGMASK_SHIFT) & LANE_FIELD_MASK
     min_lane = lane & segmask
     max_lane = min_lane | (clamp & ~segmask & LANE_FIELD_MASK)
     if mode is ShflMode.UP:

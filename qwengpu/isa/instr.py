@@ -45,6 +45,9 @@ class Op(Enum):
     VOTE = "vote"  # ballot: rd = mask; any/all: pd
 
 
+SHFL_LANE_BITS = 5  # PTX shfl's lane operands (b, clamp, segmask) are 5-bit lane numbers
+SHFL_SEGMASK_SHIFT = 8  # shfl's c: clamp in bits 0-4, segmask in bits 8-12
+
 MEMORY_OPS = frozenset({Op.LD, Op.ST, Op.ATOM})
 STORE_OPS = frozenset({Op.ST, Op.ATOM})  # ops that write memory
 BINARY_ALU_OPS = frozenset(

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from qwengpu.cuda import ptx_ir as ir
 from qwengpu.errors import PtxError
 from qwengpu.isa.instr import (
+    SHFL_LANE_BITS,
+    SHFL_SEGMASK_SHIFT,
     AtomOp,
     Cond,
     Instr,
@@ -41,7 +43,7 @@ LOW_ADDRESS_BITS = WORD_BYTES - 1  # byte offset inside a word
 BITS_PER_BYTE = 8
 
 SPECIAL_REGISTERS = {s.value: s for s in Special}
-SHFL_C_LIMIT = 1 << 13  # shfl's c: clamp in bits 0-4, segmask in bits 8-12
+SHFL_C_LIMIT = 1 << (SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS)  # clamp and segmask, no more
 SIGNED_CONDS = {"lt": Cond.LT, "le": Cond.LE, "gt": Cond.GT, "ge": Cond.GE}
 UNSIGNED_CONDS = {"lt": Cond.LO, "le": Cond.LS, "gt": Cond.HI, "ge": Cond.HS}
 PLAIN_CONDS = {

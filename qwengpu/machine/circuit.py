@@ -15,7 +15,7 @@ decode, register/predicate files, ALU, memory unit, terminator, scheduler, next 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from qwengpu.circuit import Bit, Bits, Circuit, Column, OneHot
 from qwengpu.circuit.craft import Lin, neuron, relu_of
@@ -23,12 +23,28 @@ from qwengpu.circuit.encodings import Encoding
 from qwengpu.circuit.ir import Field
 from qwengpu.circuit.logic import match_form
 from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
-from qwengpu.isa.instr import AtomOp, Cond, Op, PredFn, Special, TermKind, VoteMode
+from qwengpu.isa.instr import (
+    SHFL_LANE_BITS,
+    SHFL_SEGMASK_SHIFT,
+    AtomOp,
+    Cond,
+    Op,
+    PredFn,
+    ShflMode,
+    Special,
+    TermKind,
+    VoteMode,
+)
 from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout
 from qwengpu.machine.tokens import ADDR_BITS, KIND_NAMES, WORD_BYTES, Vocabulary
 
 Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
+
+SLOW_UNITS = (Op.ADD, Op.SUB, Op.MUL, Op.LD, Op.SHFL, Op.VOTE)
+"""ALU units several layers deep (a vote waits for the executing lanes). The others'
+results are gathered into one field (`V.quick`) as soon as they are ready, so that they do
+not hold residual width while the slow units finish."""
 
 
 # -- building blocks ---------------------------------------------------------------------------
@@ -271,25 +287,20 @@ class MachineCircuit:
             ],
         )
         we_lanes = [lane_part(c, f"rf.we{lane}", we, lane) for lane in range(self.lanes)]
-        wa, ra, rb = reg_addr("rd"), reg_addr("a"), reg_addr("b")
+        wa, ra, rb, rc = (reg_addr(n) for n in ("rd", "a", "b", "c"))
         rows = s.warps << self.layout.reg_bits
-        reads_a, reads_b = [], []
+        reads_a, reads_b, self.reads_c = [], [], []
         for lane in range(self.lanes):
             mem = c.memory(f"regs{lane}", rows, [Column("v", Bits(32))])
             c.write(mem, wa, [self.word_in], when=we_lanes[lane])
             reads_a.append(c.read(mem, ra).outputs[0])
             reads_b.append(c.read(mem, rb).outputs[0])
+            self.reads_c.append(c.read(mem, rc).outputs[0])  # atom.cas's new value, shfl's c
         self.A = lanes_of(c, "A", reads_a)
-        imm = self.ins["b_is_imm"].ch(0)
-        self.B = wires(
-            c,
-            "B",
-            Bits(32),
-            [
-                [[reads_b[lane].ch(i) - imm, self.ins["bimm"].ch(i) + imm - 1] for i in range(32)]
-                for lane in range(self.lanes)
-            ],
-        )
+        self.B = self._operand("B", reads_b, "b_is_imm", "bimm", range(32))
+        # shfl's c: clamp (bits 0-4) and segmask (bits 8-12), a register or the constant
+        c_bits = range(SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS)
+        self.C = self._operand("C", self.reads_c, "c_is_imm", "imm", c_bits)
         pa_w, pa_g, pa_a, pa_b, pa_t = (
             pred_addr(n) for n in ("pd", "guard", "pa", "pb", "term_pred")
         )
@@ -302,6 +313,19 @@ class MachineCircuit:
             self.pa.append(c.read(mem, pa_a).outputs[0])
             self.pb.append(c.read(mem, pa_b).outputs[0])
             self.pt.append(c.read(mem, pa_t).outputs[0])
+
+    def _operand(self, name: str, reads: list[Field], is_imm: str, imm: str, bits: range) -> Field:
+        """A source operand: the lanes' register reads, or the ROM row's immediate."""
+        k = self.ins[is_imm].ch(0)
+        return wires(
+            self.c,
+            name,
+            Bits(len(bits)),
+            [
+                [[reads[lane].ch(i) - k, self.ins[imm].ch(i) + k - 1] for i in bits]
+                for lane in range(self.lanes)
+            ],
+        )
 
     # -- ALU ---------------------------------------------------------------------------------------
     def _alu(self) -> None:
@@ -364,25 +388,34 @@ class MachineCircuit:
             Op.S2R: self._special_registers(),
             Op.LD: self._loads(),
             Op.VOTE: self._votes(pa_eff),
+            Op.SHFL: self._shuffle(),
             **self._bit_counts(),
         }
         self.results = results
-        self.V = products(
-            c,
-            "V",
-            Bits(32),
-            [
+
+        def gathered(name: str, units: dict[Op, Field], extra: Field | None = None) -> Field:
+            """The lane's result: the executing op's unit output (plus `extra`, already
+            gated), one field."""
+            return products(
+                c,
+                name,
+                Bits(32),
                 [
                     [
-                        (self.opc(op), r.ch(i, lane))
-                        for op, r in results.items()
-                        if i < r.encoding.width
+                        [
+                            (self.opc(op), r.ch(i, lane))
+                            for op, r in units.items()
+                            if i < r.encoding.width
+                        ]
+                        + ([(extra.ch(i, lane), Lin.of(1))] if extra is not None else [])
+                        for i in range(32)
                     ]
-                    for i in range(32)
-                ]
-                for lane in range(self.lanes)
-            ],
-        )
+                    for lane in range(self.lanes)
+                ],
+            )
+
+        quick = gathered("V.quick", {op: r for op, r in results.items() if op not in SLOW_UNITS})
+        self.V = gathered("V", {op: results[op] for op in SLOW_UNITS}, extra=quick)
         hs, eq, ge = (c.compare(A, B, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         conds = list(Cond)
         neg_b = ins["neg_b"].ch(0)
@@ -416,6 +449,7 @@ class MachineCircuit:
             (self.mode.ch(votes.index(mode)) + self.opc(Op.VOTE) - 1, bit(result))
             for mode, result in self.vote_preds.items()
         ]
+        in_range = self.shfl_in_range
         self.p_new = products(
             c,
             "pred.new",
@@ -428,8 +462,109 @@ class MachineCircuit:
                     ]
                     + plop_terms(lane)
                     + vote_terms
+                    + [(self.opc(Op.SHFL), in_range.ch(0, lane))]
                 ]
                 for lane in range(self.lanes)
+            ],
+        )
+
+    def _shuffle(self) -> Field:
+        """shfl.sync (PTX ISA): lane l reads a from its source lane where that lane is in
+        range (its own a otherwise; a source past the warp's last lane also gives its own),
+        and the in-range bit is the predicate. Per lane, with b, clamp and segmask as
+        5-bit lane numbers: min = l & segmask, max = min | (clamp & ~segmask); up: src =
+        l - b, in range when src >= max; down: l + b <= max; bfly: l ^ b <= max;
+        idx: src = min | (b & ~segmask) <= max."""
+        c, B, C, n = self.c, self.B, self.C, SHFL_LANE_BITS
+        modes, lanes = list(ShflMode), range(self.lanes)
+
+        def mode_is(m: ShflMode) -> Lin:
+            return self.mode.ch(modes.index(m))
+
+        def segmask(j: int, lane: int) -> Lin:
+            return C.ch(SHFL_SEGMASK_SHIFT + j, lane)
+
+        def lane_bit(lane: int, j: int) -> bool:
+            return bool((lane >> j) & 1)
+
+        def low_bits(lane: int, keep: Callable[[int], Lin]) -> list[list[Lin]]:
+            """(lane & segmask) | (keep_j & ~segmask), bit by bit (the parts are disjoint)."""
+            return [
+                ([segmask(j, lane)] if lane_bit(lane, j) else []) + [keep(j) - segmask(j, lane)]
+                for j in range(n)
+            ]
+
+        max_lane = wires(
+            c,
+            "shfl.max",
+            Bits(n),
+            [low_bits(lane, lambda j, at=lane: C.ch(j, at)) for lane in lanes],
+        )
+        idx_src = wires(
+            c,
+            "shfl.idx",
+            Bits(n),
+            [low_bits(lane, lambda j, at=lane: B.ch(j, at)) for lane in lanes],
+        )
+
+        def value(f: Field, lane: int, flip: int = 0) -> Lin:
+            """The 5-bit number in f's lane (bits set in `flip` inverted: lane ^ b)."""
+            return sum(
+                (
+                    ((1 - f.ch(j, lane)) if lane_bit(flip, j) else f.ch(j, lane)) * (1 << j)
+                    for j in range(n)
+                ),
+                Lin(),
+            )
+
+        def b_is(lane: int, v: int) -> Lin:
+            return match_form([B.ch(j, lane) for j in range(n)], v)
+
+        shfl = self.opc(Op.SHFL)
+        fits, takes = [], []  # per lane: in range per mode; (gate, source lane) terms
+        for lane in lanes:
+            top = value(max_lane, lane)
+            limits = {
+                ShflMode.UP: lane - value(B, lane) - top,
+                ShflMode.DOWN: top - lane - value(B, lane),
+                ShflMode.BFLY: top - value(B, lane, flip=lane),
+                ShflMode.IDX: top - value(idx_src, lane),
+            }
+            ok = {
+                m: bit(c.threshold(f, 0, name=f"shfl.ok.{m.value}{lane}"))
+                for m, f in limits.items()
+            }
+            fits.append([mode_is(m) + ok[m] - 1 for m in modes])
+            terms = []
+            for src in lanes:
+                if src == lane:
+                    continue
+                picks = {
+                    ShflMode.UP: b_is(lane, lane - src) if src < lane else None,
+                    ShflMode.DOWN: b_is(lane, src - lane) if src > lane else None,
+                    ShflMode.BFLY: b_is(lane, lane ^ src),
+                    ShflMode.IDX: match_form([idx_src.ch(j, lane) for j in range(n)], src),
+                }
+                terms += [
+                    (shfl + mode_is(m) + ok[m] + pick - 3, src)
+                    for m, pick in picks.items()
+                    if pick is not None
+                ]
+            takes.append(terms)
+        self.shfl_in_range = wires(c, "shfl.in", Bit(), [[fit] for fit in fits])
+        # a_src = a_own + (a_src - a_own) where the source is another lane
+        A = self.A
+        return products(
+            c,
+            "shfl",
+            Bits(32),
+            [
+                [
+                    [(shfl, A.ch(i, lane))]
+                    + [(gate, A.ch(i, src) - A.ch(i, lane)) for gate, src in takes[lane]]
+                    for i in range(32)
+                ]
+                for lane in lanes
             ],
         )
 
@@ -616,12 +751,19 @@ class MachineCircuit:
 
     # -- memory unit (ATOM passes) -------------------------------------------------------------
     def _memory_unit(self) -> None:
-        """On ATOM(l): old = mem[addr_l], new = fn(old, b_l) (st: b_l), kept in a buffer
+        """On ATOM(l): old = mem[addr_l], new = fn(old, b_l[, c_l]) (st: b_l), kept in a buffer
         that the following MADDR / FAMEM / FAREG tokens read out."""
         c = self.c
         lane = self.t_lane
         old = pick_lane(c, "atom.old", lane, lanes_of(c, "loaded", self.loaded))
         b = pick_lane(c, "atom.b", lane, self.B)
+        # cas's new value, straight from the register reads (no lanes field in between)
+        swap = products(
+            c,
+            "atom.c",
+            Bits(32),
+            [[[(lane.ch(n), r.ch(i)) for n, r in enumerate(self.reads_c)] for i in range(32)]],
+        )
         addr = pick_lane(c, "atom.addr", lane, lanes_of(c, "wordaddrs", self.word_addr))
         hs, eq, ge = (c.compare(old, b, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         cf = condition_forms(hs, eq, ge, 0)
@@ -652,6 +794,7 @@ class MachineCircuit:
             AtomOp.INC: [(1 - cf[Cond.HS], total)],  # old >= b gives 0
             AtomOp.DEC: [(wraps, b), (1 - wraps, total)],
             AtomOp.EXCH: [(Lin.of(1), b)],
+            AtomOp.CAS: [(cf[Cond.EQ], swap), (1 - cf[Cond.EQ], old)],
             AtomOp.AND: [(Lin.of(1), c.bit_and(old, b))],
             AtomOp.OR: [(Lin.of(1), c.bit_or(old, b))],
             AtomOp.XOR: [(Lin.of(1), c.bit_xor(old, b))],
@@ -956,15 +1099,19 @@ class MachineCircuit:
         )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
         natom, natom_any = c.priority(after_atom, name="next.atom")
-        is_setp = ins["wp"].ch(0)  # writes a predicate
+        writes_pred = ins["wp"].ch(0)
         is_mem = self.opc(Op.ST) + self.opc(Op.ATOM)
         wb = ins["wb"].ch(0)
         is_atom_op = self.opc(Op.ATOM)
         ex, ae = bit(k["EXEC"]), bit(any_e)
         sel_all = self.t_sel.ch(self.vocab.all_lanes)
         go = {
-            "pred": ex + is_setp + ae - 2,
-            "reg.start": ex + wb - is_atom_op + ae - 2,
+            "pred": ex + writes_pred + ae - 2,
+            # rd after EXEC, or after its PRED when the instruction writes both (shfl|p)
+            "reg.start": [
+                ex + wb - writes_pred - is_atom_op + ae - 2,
+                bit(k["PRED"]) + wb - is_atom_op + ae - 2,
+            ],
             "reg.next": bit(k["BREG"]),
             "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - 1,
             "atom.first": ex + is_mem + ae - 2,

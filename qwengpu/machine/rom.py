@@ -56,6 +56,7 @@ SUPPORTED_OPS = frozenset(
         Op.ST,
         Op.ATOM,
         Op.VOTE,
+        Op.SHFL,
     }
 )
 SUPPORTED_ATOMS = (
@@ -68,6 +69,7 @@ SUPPORTED_ATOMS = (
     AtomOp.MAX,
     AtomOp.MINU,
     AtomOp.MAXU,
+    AtomOp.CAS,
     AtomOp.INC,
     AtomOp.DEC,
 )
@@ -115,7 +117,9 @@ class RomLayout:
             ("rd", r),
             ("a", r),
             ("b", r),
+            ("c", r),
             ("b_is_imm", 1),
+            ("c_is_imm", 1),  # shfl's constant c, held in imm (shfl has no address offset)
             ("bimm", 32),
             ("imm", 32),
             ("pd", p),
@@ -181,8 +185,6 @@ def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
             raise MachineUnsupported(f"{where}: %{ins.mode.value} is not implemented yet")
         if ins.op is Op.SETP and not isinstance(ins.mode, Cond):
             raise MachineUnsupported(f"{where}: setp without a condition")
-        if ins.c or ins.c_imm is not None:
-            raise MachineUnsupported(f"{where}: a c operand is not implemented yet")
 
 
 def live_outs(blocks: tuple[Block, ...]) -> list[set[int]]:
@@ -218,6 +220,9 @@ def encode_block(layout: RomLayout, block: Block, live_out: set[int]) -> list[in
         if ins.b_imm is not None:
             v["b_is_imm"], v["bimm"] = 1, ins.b_imm & WORD_MASK
         v["imm"] = ins.imm & WORD_MASK
+        v["c"] = ins.c
+        if ins.c_imm is not None:  # only shfl has one, and shfl has no address offset
+            v["c_is_imm"], v["imm"] = 1, ins.c_imm
         v["pd"], v["wp"] = ins.pd or 0, int(ins.pd is not None)
         v["pa"], v["neg_a"] = ins.pa, int(ins.neg_a)
         v["pb"], v["neg_b"] = ins.pb, int(ins.neg_b)

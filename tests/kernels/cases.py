@@ -2802,3 +2802,71 @@ case(
     _lut_ref,
     ("constant_memory", "gather_scatter"),
 )
+
+
+def _shared_rotate_args(rng):
+    return [i32a(rand_i32(rng, 4, -1000, 1000)), i32a([0] * 4)]
+
+
+def _shared_rotate_ref(args):
+    a, out = args
+    xs = ints(a)
+    return [a, like(out, [3 * xs[(t + 1) % 4] - t for t in range(4)])]
+
+
+case(
+    "shared_rotate",
+    "shared_rotate.cu",
+    G1,
+    B(4),
+    _shared_rotate_args,
+    _shared_rotate_ref,
+    ("shared", "syncthreads"),
+)
+
+
+def _vote_small_args(rng):
+    return [i32a([3, 0, 7, -2]), u32a([0] * 4)]
+
+
+def _vote_small_ref(args):
+    a, out = args
+    xs = ints(a)
+    mask = sum(1 << t for t in range(4) if xs[t] > 0)
+    word = mask | (int(any(x > 5 for x in xs)) << 4) | (int(all(x != 0 for x in xs)) << 5)
+    return [a, like(out, [word] * 4)]
+
+
+case(
+    "vote_small",
+    "vote_small.cu",
+    G1,
+    B(4),
+    _vote_small_args,
+    _vote_small_ref,
+    ("ballot", "any_all"),
+)
+
+
+def _cas_own_args(rng):
+    words = [int(v) for v in rng.integers(0, 50, size=4)]
+    expect = [words[0], words[1] + 1, words[2], 0xFFFFFFFF]
+    return [u32a(words), u32a(expect), u32a([0] * 4)]
+
+
+def _cas_own_ref(args):
+    words, expect, old = args
+    w, e = ints(words), ints(expect)
+    new = [1000 + t if w[t] == e[t] else w[t] for t in range(4)]
+    return [like(words, new), expect, like(old, w)]
+
+
+case(
+    "cas_own",
+    "cas_own.cu",
+    G1,
+    B(4),
+    _cas_own_args,
+    _cas_own_ref,
+    ("atomic_cas", "atomic_global"),
+)

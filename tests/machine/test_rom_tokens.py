@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from qwengpu import api
 from qwengpu.host.model_backend import load_tokens, word_tokens
-from qwengpu.isa.instr import Block, Instr, Op, Terminator, TermKind
+from qwengpu.isa.instr import AtomOp, Block, Instr, Op, ShflMode, Terminator, TermKind, VoteMode
 from qwengpu.machine.model import MACHINE_SPEC, REDUCED_SPEC
 from qwengpu.machine.rom import MachineUnsupported, RomLayout, check_supported, encode_block
 from qwengpu.machine.tokens import HOST_ONLY, KIND_NAMES, Vocabulary
@@ -44,6 +44,33 @@ def test_rom_fields_round_trip():
     )
     dead = _decode_row(layout, encode_block(layout, block, live_out=set()))
     assert dead["wb"] == 0  # a dead result is never written back
+
+
+def test_c_operands_and_predicate_writes_in_the_rom_row():
+    layout = RomLayout(MACHINE_SPEC)
+    exit_ = Terminator(TermKind.EXIT)
+    shfl = Instr(Op.SHFL, rd=2, a=3, b_imm=1, c_imm=0x1C1F, mode=ShflMode.DOWN, pd=1)
+    row = _decode_row(layout, encode_block(layout, Block((shfl,), exit_), live_out={2}))
+    assert (row["c_is_imm"], row["imm"], row["wp"], row["pd"]) == (1, 0x1C1F, 1, 1)
+    assert row["mode"] == list(ShflMode).index(ShflMode.DOWN)
+    cas = Instr(Op.ATOM, rd=1, a=2, b=3, c=4, imm=8, mode=AtomOp.CAS)
+    row = _decode_row(layout, encode_block(layout, Block((cas,), exit_), live_out=set()))
+    assert (row["c"], row["c_is_imm"], row["imm"], row["wp"]) == (4, 0, 8, 0)
+    ballot = Instr(Op.VOTE, rd=1, pa=2, mode=VoteMode.BALLOT)
+    vote_any = Instr(Op.VOTE, pd=3, pa=2, mode=VoteMode.ANY)
+    for ins, writes_pred in ((ballot, 0), (vote_any, 1)):
+        row = _decode_row(layout, encode_block(layout, Block((ins,), exit_), live_out={1}))
+        assert row["wp"] == writes_pred  # the PRED write-back follows only a pd write
+
+
+def test_barriers_shuffles_votes_and_every_atomic_are_supported():
+    barrier = Terminator(TermKind.BARRIER, target=1)
+    check_supported(0, Block((), barrier), MACHINE_SPEC)
+    for fn in AtomOp:
+        check_supported(0, Block((Instr(Op.ATOM, a=1, b=2, c=3, mode=fn),), barrier), MACHINE_SPEC)
+    for mode in ShflMode:
+        shfl = Instr(Op.SHFL, rd=1, a=1, b=2, c=3, mode=mode)
+        check_supported(0, Block((shfl,), barrier), MACHINE_SPEC)
 
 
 def test_unsupported_instruction_is_refused_with_its_line():
