@@ -9,6 +9,7 @@ docs/protocol.md describes the tokens.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,8 +24,8 @@ from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
 from qwengpu.isa.instr import Program
 from qwengpu.isa.spec import WORD_MASK
 from qwengpu.machine.model import CompiledMachine
-from qwengpu.machine.rom import check_supported, encode_block, live_outs
-from qwengpu.machine.tokens import MAX_CTAS, MAX_NTID, Token, token
+from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
+from qwengpu.machine.tokens import AXES, MAX_CTAS, MAX_NTID, Token, token
 
 WORD_BYTES = 4
 PROGRESS_EVERY = 16  # EXEC steps between progress reports
@@ -42,10 +43,13 @@ def word_tokens(value: int, byte_kind: str, final_kind: str, **extra: int) -> li
     return out
 
 
+Dim3 = tuple[int, int, int]
+
+
 def load_tokens(
-    machine: CompiledMachine, program: Program, words: Sequence[int], ntid: int, nctaid: int
+    machine: CompiledMachine, program: Program, words: Sequence[int], block: Dim3, grid: Dim3
 ) -> list[Token]:
-    """Everything the host sends before the start token: geometry, ROM, memory."""
+    """Everything the host sends before the start token: the launch shape, ROM, memory."""
     spec = machine.spec
     if program.spec != spec:
         raise ArgError(
@@ -53,11 +57,14 @@ def load_tokens(
             f"machine is {spec.describe()} (compile with that spec: qwengpu.model_spec(model))"
         )
     layout = machine.vocab.layout
-    out = [token("LAUNCH", ntid=ntid, nctaid=nctaid)]
-    lives = live_outs(program.blocks)
+    out = [
+        token(kind, **dict(zip(AXES, dims, strict=True)))
+        for kind, dims in (("BLOCK", block), ("GRID", grid))
+    ]
+    lives, pred_lives = live_outs(program.blocks), live_pred_outs(program.blocks)
     for b, block in enumerate(program.blocks):
         check_supported(b, block, spec)
-        row = encode_block(layout, block, lives[b])
+        row = encode_block(layout, block, lives[b], pred_lives[b])
         if any(row):
             out.append(token("ROMSEL", romb=b))
             out += [token("ROMBYTE", romk=j, v=v) for j, v in enumerate(row) if v]
@@ -219,7 +226,7 @@ class ModelBackend:
                     job.grid,
                     job.block,
                     words,
-                    _steps(job.generated, self.machine.spec.lanes),
+                    _steps(job.generated, self.machine.spec.lanes, job.grid),
                     job.generated,
                     len(job.prompt),
                     seconds,
@@ -231,13 +238,15 @@ class ModelBackend:
         grid3, block3 = dim3(request.grid, "grid"), dim3(request.block, "block")
         program = request.program
         check_geometry(program, grid3, block3)
-        if block3[1] != 1 or block3[2] != 1 or grid3[1] != 1 or grid3[2] != 1:
-            raise ArgError("the model backend runs 1-D launches (grid and block x only) so far")
-        if block3[0] > MAX_NTID or grid3[0] > MAX_CTAS:
-            raise ArgError(f"the model backend runs at most {MAX_NTID} threads x {MAX_CTAS} CTAs")
+        threads, ctas = math.prod(block3), math.prod(grid3)
+        if threads > MAX_NTID or ctas > MAX_CTAS:
+            raise ArgError(
+                f"the model backend runs at most {MAX_NTID} threads per CTA and {MAX_CTAS} CTAs; "
+                f"block {block3} has {threads} threads, grid {grid3} has {ctas} CTAs"
+            )
         image = build_memory(program, request.args)
-        prompt = load_tokens(self.machine, program, image.words, block3[0], grid3[0])
-        prompt.append(token("CTA", cta=0))
+        prompt = load_tokens(self.machine, program, image.words, block3, grid3)
+        prompt.append(token("CTA", x=0, y=0, z=0))
         return _Job(program.name, tuple(grid3), tuple(block3), image, list(image.words), prompt)
 
     def _take(self, job: _Job, next_id: int, end_id: int, budget: int) -> None:
@@ -246,7 +255,7 @@ class ModelBackend:
         job.generated.append(t)
         job.last_id = next_id
         if t.kind == "CTA":
-            job.cta = t.get("cta")
+            job.cta = cta_number(t, job.grid)
         if t.kind == "EXEC":
             job.execs += 1
         job.done = next_id == end_id
@@ -266,10 +275,11 @@ class ModelBackend:
                 continue
             job.reported = job.done
             states = self.recurrent_states(cache) if states is None else states
-            done = self.warps_done(states, job.block[0], b)
+            threads = math.prod(job.block)
+            done = self.warps_done(states, threads, b)
             name = f"{job.name}: " if len(jobs) > 1 else ""
             progress(
-                f"{name}CTA {job.cta + 1}/{job.grid[0]}: {done}/{self._warps(job.block[0])} "
+                f"{name}CTA {job.cta + 1}/{math.prod(job.grid)}: {done}/{self._warps(threads)} "
                 f"warps done; {job.execs} EXEC steps, {len(job.generated)} tokens"
             )
 
@@ -450,12 +460,18 @@ def _default_text(synthetic_embedding, hidden: int) -> np.ndarray:
 _machines: dict[str, CompiledMachine] = {}
 
 
-def _steps(generated: Sequence[Token], lanes: int) -> list[ModelStep]:
+def cta_number(t: Token, grid: Dim3) -> int:
+    """The linear number of the CTA a CTA(x, y, z) token starts (x fastest)."""
+    gx, gy, _ = grid
+    return t.get("x") + gx * (t.get("y") + gy * t.get("z"))
+
+
+def _steps(generated: Sequence[Token], lanes: int, grid: Dim3) -> list[ModelStep]:
     steps: list[ModelStep] = []
     cta = 0
     for t in generated:
         if t.kind == "CTA":
-            cta = t.get("cta")
+            cta = cta_number(t, grid)
         if t.kind == "EXEC":
             active = tuple(lane for lane in range(lanes) if (t.get("mask") >> lane) & 1)
             steps.append(ModelStep(cta, t.get("w"), t.get("b"), active))

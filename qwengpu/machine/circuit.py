@@ -37,7 +37,15 @@ from qwengpu.isa.instr import (
 )
 from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout
-from qwengpu.machine.tokens import ADDR_BITS, KIND_NAMES, WORD_BYTES, Vocabulary
+from qwengpu.machine.tokens import (
+    ADDR_BITS,
+    AXES,
+    DIM_BITS,
+    INDEX_BITS,
+    KIND_NAMES,
+    WORD_BYTES,
+    Vocabulary,
+)
 
 Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
 
@@ -177,9 +185,15 @@ class MachineCircuit:
         self.t_romb = c.input("t_romb", Bits(self.bb))
         self.rom_we = [c.input(f"rom_we{k}", Bit()) for k in range(self.layout.rom_bytes)]
         self.t_lane = c.input("t_lane", OneHot(self.lanes, allow_none=True))
-        self.t_cta = c.input("t_cta", Bits(4))
-        self.t_ntid = c.input("t_ntid", Bits(5))
-        self.t_nctaid = c.input("t_nctaid", Bits(5))
+        self.t_cta = {a: c.input(f"t_cta_{a}", Bits(INDEX_BITS)) for a in AXES}
+        # launch shapes: totals, then x, y, z; BLOCK also carries every thread's %tid
+        self.t_ntid = [c.input(n, Bits(DIM_BITS)) for n in ("t_ntid", *self._axes("t_ntid"))]
+        self.t_nctaid = [c.input(n, Bits(DIM_BITS)) for n in ("t_nctaid", *self._axes("t_nctaid"))]
+        self.t_tids = c.input("t_tids", Bits(len(AXES) * INDEX_BITS), lanes=self.vocab.threads)
+
+    @staticmethod
+    def _axes(prefix: str) -> list[str]:
+        return [f"{prefix}_{a}" for a in AXES]
 
     def _register(self, name: str, columns: list[Column], data: list[Field], when: Field):
         """A one-row memory written from the token (a latch), read on every token."""
@@ -209,16 +223,18 @@ class MachineCircuit:
         (self.memcur,) = self._register(
             "memcur", [Column("a", Bits(ADDR_BITS))], [self.t_addr], k["MADDR"]
         )
-        (self.acur,) = self._register(
-            "acur", [Column("lane", OneHot(self.lanes, allow_none=True))], [self.t_lane], k["ATOM"]
+        dims = [Column(n, Bits(DIM_BITS)) for n in ("n", *AXES)]
+        tids = Column("tids", self.t_tids.encoding, lanes=self.t_tids.lanes)
+        self.ntid, *block, self.tids = self._register(
+            "block", [*dims, tids], [*self.t_ntid, self.t_tids], k["BLOCK"]
         )
-        self.ntid, self.nctaid = self._register(
-            "geometry",
-            [Column("ntid", Bits(5)), Column("nctaid", Bits(5))],
-            [self.t_ntid, self.t_nctaid],
-            k["LAUNCH"],
+        self.nctaid, *grid = self._register("grid", dims, self.t_nctaid, k["GRID"])
+        cta = self._register(
+            "cta", [Column(a, Bits(INDEX_BITS)) for a in AXES], list(self.t_cta.values()), k["CTA"]
         )
-        (self.cta,) = self._register("cta", [Column("k", Bits(4))], [self.t_cta], k["CTA"])
+        self.block, self.grid, self.cta = (
+            dict(zip(AXES, f, strict=True)) for f in (block, grid, cta)
+        )
         # The word a final write-back token commits: its byte n-1 is the token's, the
         # bytes below come from the staging latches the BYTE tokens filled.
         chans = []
@@ -280,7 +296,6 @@ class MachineCircuit:
                         + self.t_sel.ch(self.vocab.all_lanes)
                         + self.cur_mask.ch(lane)
                         - 2,
-                        bit(k["FAREG"]) + self.acur.ch(lane) - 1,
                     ]
                 ]
                 for lane in range(self.lanes)
@@ -704,31 +719,45 @@ class MachineCircuit:
         return out
 
     def _special_registers(self) -> Field:
-        """s2r: tid.x = lanes * warp + lane (1-D CTAs), ntid.x, ctaid.x, nctaid.x, laneid,
-        warpid."""
+        """s2r: %tid (thread t = lanes * warp + lane's entry in the BLOCK table), %ntid,
+        %ctaid, %nctaid (the latches), %laneid, %warpid."""
         c = self.c
         specials = list(Special)
 
         def m(sp: Special) -> Lin:
             return self.mode.ch(specials.index(sp))
 
+        def axis_specials(name: str) -> list[Special]:
+            return [Special(f"{name}.{a}") for a in AXES]
+
+        latched = [
+            (sp, f, DIM_BITS)
+            for sp, f in zip(axis_specials("ntid"), self.block.values(), strict=True)
+        ]
+        latched += [
+            (sp, f, DIM_BITS)
+            for sp, f in zip(axis_specials("nctaid"), self.grid.values(), strict=True)
+        ]
+        latched += [
+            (sp, f, INDEX_BITS)
+            for sp, f in zip(axis_specials("ctaid"), self.cta.values(), strict=True)
+        ]
         lanes = []
         for lane in range(self.lanes):
             chans = []
             for i in range(32):
                 terms = []
                 for w in range(self.spec.warps):
-                    if ((self.lanes * w + lane) >> i) & 1:
-                        terms.append(m(Special.TID_X) + matches(self.cur_w, w) - 1)
+                    here = matches(self.cur_w, w)
+                    t = self.lanes * w + lane
+                    if i < INDEX_BITS and t < self.tids.lanes:
+                        for k, sp in enumerate(axis_specials("tid")):
+                            terms.append(m(sp) + here + self.tids.ch(INDEX_BITS * k + i, t) - 2)
                     if (w >> i) & 1:
-                        terms.append(m(Special.WARPID) + matches(self.cur_w, w) - 1)
+                        terms.append(m(Special.WARPID) + here - 1)
                 if (lane >> i) & 1:
                     terms.append(m(Special.LANEID))
-                if i < 5:
-                    terms.append(m(Special.NTID_X) + self.ntid.ch(i) - 1)
-                    terms.append(m(Special.NCTAID_X) + self.nctaid.ch(i) - 1)
-                if i < 4:
-                    terms.append(m(Special.CTAID_X) + self.cta.ch(i) - 1)
+                terms += [m(sp) + f.ch(i) - 1 for sp, f, width in latched if i < width]
                 chans.append(terms)
             lanes.append(chans)
         return wires(c, "s2r", Bits(32), lanes)
@@ -741,20 +770,51 @@ class MachineCircuit:
             bits_of(c, f"wordaddr{lane}", [self.sum.ch(2 + i, lane) for i in range(ADDR_BITS)])
             for lane in range(self.lanes)
         ]
+        self._memory_lane()
+        # FAMEM commits to the memory lane's a + imm, recomputed on its own pass (the
+        # registers and the block are the same as on the pass that computed the word); the
+        # host's memory load, before any lane ran, to the MADDR cursor
+        no_lane = 1 - sum((self.acur.ch(n) for n in range(self.lanes)), Lin())
+        store_addr = products(
+            c,
+            "store.addr",
+            Bits(ADDR_BITS),
+            [
+                [
+                    [(no_lane, self.memcur.ch(i))]
+                    + [(self.acur.ch(n), self.sum.ch(2 + i, n)) for n in range(self.lanes)]
+                    for i in range(ADDR_BITS)
+                ]
+            ],
+        )
         reads = []
         for lane in range(self.lanes):
             mem = c.memory(f"mem{lane}", self.spec.memory_words, [Column("v", Bits(32))])
-            c.write(mem, self.memcur, [self.word_in], when=self.kind["FAMEM"])
+            c.write(mem, store_addr, [self.word_in], when=self.kind["FAMEM"])
             reads.append(c.read(mem, self.word_addr[lane]).outputs[0])
         self.loaded = reads
         return lanes_of(c, "ld", reads)
 
-    # -- memory unit (ATOM passes) -------------------------------------------------------------
+    def _memory_lane(self) -> None:
+        """The lane a store or atomic serves: the first executing lane of the pass (the
+        memory unit's), and `acur`, the token's memory lane latched for the passes after it
+        (ATOM(l)'s l; EXEC's lowest lane, which is the first executing one unless the
+        instruction is guarded: then ATOM(first) follows the EXEC)."""
+        c, k = self.c, self.kind
+        exe = bits_of(c, "exe.bits", [self.E.ch(0, lane) for lane in range(self.lanes)])
+        self.exe_first, _ = c.priority(exe, name="exe.first")
+        self.exe_bits = exe
+        when = wires(c, "acur.we", Bit(), [[[bit(k["EXEC"]), bit(k["ATOM"])]]])
+        (self.acur,) = self._register(
+            "acur", [Column("lane", self.t_lane.encoding)], [self.t_lane], when
+        )
+
+    # -- memory unit (EXEC and ATOM passes) -----------------------------------------------------
     def _memory_unit(self) -> None:
-        """On ATOM(l): old = mem[addr_l], new = fn(old, b_l[, c_l]) (st: b_l), kept in a buffer
-        that the following MADDR / FAMEM / FAREG tokens read out."""
+        """For the memory lane l (`_memory_lane`): old = mem[addr_l], new = fn(old, b_l[, c_l])
+        (st: b_l), kept in a buffer that the following FAMEM / FREG tokens read out."""
         c = self.c
-        lane = self.t_lane
+        lane = self.exe_first
         old = pick_lane(c, "atom.old", lane, lanes_of(c, "loaded", self.loaded))
         b = pick_lane(c, "atom.b", lane, self.B)
         # cas's new value, straight from the register reads (no lanes field in between)
@@ -764,7 +824,6 @@ class MachineCircuit:
             Bits(32),
             [[[(lane.ch(n), r.ch(i)) for n, r in enumerate(self.reads_c)] for i in range(32)]],
         )
-        addr = pick_lane(c, "atom.addr", lane, lanes_of(c, "wordaddrs", self.word_addr))
         hs, eq, ge = (c.compare(old, b, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         cf = condition_forms(hs, eq, ge, 0)
         atoms = list(AtomOp)
@@ -810,11 +869,9 @@ class MachineCircuit:
                 terms += [(fn_is(fn) + when - 1, r.ch(i)) for when, r in options]
             chans.append(terms)
         new = products(c, "atom.new", Bits(32), [chans])
-        self.atb_addr, self.atb_new, self.atb_old = self._register(
-            "atomic",
-            [Column("addr", Bits(ADDR_BITS)), Column("new", Bits(32)), Column("old", Bits(32))],
-            [addr, new, old],
-            self.kind["ATOM"],
+        when = wires(c, "atomic.we", Bit(), [[[bit(self.kind["EXEC"]), bit(self.kind["ATOM"])]]])
+        self.atb_new, self.atb_old = self._register(
+            "atomic", [Column("new", Bits(32)), Column("old", Bits(32))], [new, old], when
         )
 
     # -- terminator and scheduler ---------------------------------------------------------------
@@ -1007,24 +1064,55 @@ class MachineCircuit:
                 ]
             ],
         )
-        self.next_cta = c.lookup(
-            self.cta, [min(k + 1, 15) for k in range(16)], Bits(4), name="cta.next"
+        self._next_cta()
+
+    def _next_cta(self) -> None:
+        """The CTA after %ctaid in x-fastest order: the index counts up along x, wrapping to
+        0 and carrying into y at %nctaid.x, and from y into z; none after the last."""
+        c = self.c
+        top = (1 << INDEX_BITS) - 1
+        wraps, ups = {}, {}
+        for a in AXES:
+            idx, dim = self.cta[a], self.grid[a]
+            wraps[a] = bit(c.threshold(idx.value() + 1 - dim.value(), 0, name=f"cta.wrap.{a}"))
+            ups[a] = c.lookup(
+                idx, [min(v + 1, top) for v in range(top + 1)], idx.encoding, name=f"cta.up.{a}"
+            )
+        last = c.threshold(sum(wraps.values(), Lin()), len(AXES), name="cta.last")
+        self.more_ctas = wires(c, "cta.more", Bit(), [[[1 - bit(last)]]])
+        wx, wy = wraps["x"], wraps["y"]
+        # (condition, source) pairs per axis: the next index's bits are the source's
+        sources = {
+            "x": [(1 - wx, ups["x"])],
+            "y": [(wx - wy, ups["y"]), (1 - wx, self.cta["y"])],
+            "z": [(wx + wy - 1, ups["z"]), (1 - wx, self.cta["z"]), (wx - wy, self.cta["z"])],
+        }
+        # one field, so that only 12 channels wait for the scheduler at the end of the pass
+        self.cta_next = wires(
+            c,
+            "cta.next",
+            Bits(len(AXES) * INDEX_BITS),
+            [
+                [
+                    [when + src.ch(i) - 1 for when, src in sources[a]]
+                    for a in AXES
+                    for i in range(INDEX_BITS)
+                ]
+            ],
         )
-        self.more_ctas = c.threshold(self.nctaid.value() - self.cta.value(), 2, name="cta.more")
 
     # -- results buffer and the next token ------------------------------------------------------
     def _results(self) -> None:
         """EXEC keeps the lanes' results, the executed lanes and the new predicates in deep
         one-row memories; the write-back passes after it read them."""
         c = self.c
-        exe_bits = bits_of(c, "exe.bits", [self.E.ch(0, lane) for lane in range(self.lanes)])
+        exe_bits, first = self.exe_bits, self.exe_first
         pvals = wires(
             c,
             "pvals",
             Bits(self.lanes),
             [[[self.p_new.ch(0, lane) + self.E.ch(0, lane) - 1] for lane in range(self.lanes)]],
         )
-        first, _ = c.priority(exe_bits, name="exe.first")
         v_first = pick_lane(c, "v.first", first, self.V)
         eq = c.equal(self.V, v_first)
         ok = wires(
@@ -1099,31 +1187,34 @@ class MachineCircuit:
         )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
         natom, natom_any = c.priority(after_atom, name="next.atom")
-        writes_pred = ins["wp"].ch(0)
+        pred_back = ins["wbp"].ch(0)  # writes a live-out predicate
         is_mem = self.opc(Op.ST) + self.opc(Op.ATOM)
+        guarded = ins["has_guard"].ch(0)
         wb = ins["wb"].ch(0)
         is_atom_op = self.opc(Op.ATOM)
         ex, ae = bit(k["EXEC"]), bit(any_e)
         sel_all = self.t_sel.ch(self.vocab.all_lanes)
         go = {
-            "pred": ex + writes_pred + ae - 2,
+            "pred": ex + pred_back + ae - 2,
             # rd after EXEC, or after its PRED when the instruction writes both (shfl|p)
             "reg.start": [
-                ex + wb - writes_pred - is_atom_op + ae - 2,
+                ex + wb - pred_back - is_atom_op + ae - 2,
                 bit(k["PRED"]) + wb - is_atom_op + ae - 2,
             ],
-            "reg.next": bit(k["BREG"]),
-            "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - 1,
-            "atom.first": ex + is_mem + ae - 2,
-            "maddr": bit(k["ATOM"]),
-            "amem.start": bit(k["MADDR"]),
+            "reg.next": bit(k["BREG"]) - is_atom_op,
+            "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - is_atom_op - 1,
+            # a store's / atomic's word for the memory lane: the first right after EXEC
+            # (ATOM(first lane) first if the instruction is guarded), then after ATOM(l)
+            "atom.first": ex + is_mem + guarded + ae - 3,
+            "amem.start": [ex + is_mem - guarded + ae - 2, bit(k["ATOM"])],
             "amem.next": bit(k["BAMEM"]),
+            # an atomic's old value, to rd of the memory lane (BREG/FREG with its lane)
             "areg.start": bit(k["FAMEM"]) + wb + is_atom_op - 2,
-            "areg.next": bit(k["BAREG"]),
+            "areg.next": bit(k["BREG"]) + is_atom_op - 1,
             "atom.next": [
                 bit(k["FAMEM"]) - wb + bit(natom_any) - 1,
                 bit(k["FAMEM"]) - is_atom_op + bit(natom_any) - 1,
-                bit(k["FAREG"]) + bit(natom_any) - 1,
+                bit(k["FREG"]) + is_atom_op + bit(natom_any) - 2,
             ],
         }
         names = list(go)
@@ -1167,6 +1258,8 @@ class MachineCircuit:
                             reg_start + efirst.ch(lane) - u - 1,
                             reg_next + self.t_sel.ch(lane) - 1,
                             reg_lane + nxt.ch(lane) - 1,
+                            g("areg.start") + self.acur.ch(lane) - 1,
+                            g("areg.next") + self.t_sel.ch(lane) - 1,
                         ]
                         for lane in range(self.lanes)
                     ],
@@ -1257,13 +1350,10 @@ class MachineCircuit:
             "END": [sch - al - mc],
             "PRED": [g("pred")],
             "ATOM": [g("atom.first"), g("atom.next")],
-            "MADDR": [g("maddr")],
-            "BREG": [tgt.ch(0) + ib - 1],
-            "FREG": [tgt.ch(0) - ib],
+            "BREG": [tgt.ch(0) + ib - 1, tgt.ch(2) + ib - 1],
+            "FREG": [tgt.ch(0) - ib, tgt.ch(2) - ib],
             "BAMEM": [tgt.ch(1) + ib - 1],
             "FAMEM": [tgt.ch(1) - ib],
-            "BAREG": [tgt.ch(2) + ib - 1],
-            "FAREG": [tgt.ch(2) - ib],
         }
         o_kind = wires(
             c,
@@ -1284,9 +1374,21 @@ class MachineCircuit:
             Bits(self.lanes),
             [[[exec_gate + self.next_mask.ch(i) - 1] for i in range(self.lanes)]],
         )
-        o_cta = wires(
-            c, "o_cta", Bits(4), [[[sch - al + mc + self.next_cta.ch(i) - 2] for i in range(4)]]
-        )
+        starts_cta = sch - al + mc
+        o_cta = [
+            wires(
+                c,
+                f"o_cta_{a}",
+                Bits(INDEX_BITS),
+                [
+                    [
+                        [starts_cta + self.cta_next.ch(INDEX_BITS * k + i) - 2]
+                        for i in range(INDEX_BITS)
+                    ]
+                ],
+            )
+            for k, a in enumerate(AXES)
+        ]
         o_pv = wires(
             c,
             "o_pv",
@@ -1307,12 +1409,6 @@ class MachineCircuit:
                 ]
             ],
         )
-        o_addr = wires(
-            c,
-            "o_addr",
-            Bits(ADDR_BITS),
-            [[[g("maddr") + self.atb_addr.ch(i) - 1] for i in range(ADDR_BITS)]],
-        )
         o_sel, o_k, o_n, o_v = wsel, k_out, n_out, v_out
         self.outputs = [
             o_kind,
@@ -1325,9 +1421,8 @@ class MachineCircuit:
             o_v,
             o_pv,
             o_pw,
-            o_addr,
             o_lane,
-            o_cta,
+            *o_cta,
         ]
         c.output(*self.outputs)
 

@@ -93,7 +93,8 @@ class CompiledMachine:
         values: dict[str, np.ndarray] = {}
         for name, f in inputs.items():
             default = -1 if isinstance(f.encoding, OneHot) else 0
-            values[name] = np.full(n, default, dtype=np.int64)
+            shape = (n, f.lanes) if f.lanes > 1 else (n,)  # a lanes field takes a list
+            values[name] = np.full(shape, default, dtype=np.int64)
         for i, t in enumerate(self.vocab.tokens):
             for name, v in self.vocab.input_values(t).items():
                 values[name][i] = v

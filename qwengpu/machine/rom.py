@@ -17,7 +17,6 @@ from qwengpu.isa.instr import (
     Cond,
     Instr,
     Op,
-    Special,
     TermKind,
 )
 from qwengpu.isa.spec import WORD_MASK, MachineSpec
@@ -73,14 +72,6 @@ SUPPORTED_ATOMS = (
     AtomOp.INC,
     AtomOp.DEC,
 )
-SUPPORTED_SPECIALS = (
-    Special.TID_X,
-    Special.NTID_X,
-    Special.CTAID_X,
-    Special.NCTAID_X,
-    Special.LANEID,
-    Special.WARPID,
-)
 
 
 def mode_index(instr: Instr) -> int:
@@ -131,7 +122,8 @@ class RomLayout:
             ("guard", p),
             ("guard_neg", 1),
             ("wb", 1),  # rd is live out: its value travels back in write-back tokens
-            ("wp", 1),  # writes predicate pd (setp, plop, vote.any/all)
+            ("wp", 1),  # writes predicate pd (setp, plop, vote.any/all, shfl|p)
+            ("wbp", 1),  # pd is live out: its value travels back in a PRED token
             ("term", max(1, (len(TERM_KINDS) - 1).bit_length())),
             ("target", b),
             ("other", b),
@@ -181,32 +173,55 @@ def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
             raise MachineUnsupported(f"{where}: atom.{ins.mode.value} is not implemented yet")
         if ins.op is Op.ST and ins.mode is not None:
             raise MachineUnsupported(f"{where}: narrow stores are not implemented yet")
-        if ins.op is Op.S2R and ins.mode not in SUPPORTED_SPECIALS:
-            raise MachineUnsupported(f"{where}: %{ins.mode.value} is not implemented yet")
         if ins.op is Op.SETP and not isinstance(ins.mode, Cond):
             raise MachineUnsupported(f"{where}: setp without a condition")
 
 
-def live_outs(blocks: tuple[Block, ...]) -> list[set[int]]:
-    """Registers live on exit of each block (backward dataflow over the CFG). A guarded
-    write does not kill: lanes whose guard fails keep the old value."""
+def _live_out(
+    blocks: tuple[Block, ...], reads: list[set[int]], kills: list[set[int]]
+) -> list[set[int]]:
+    """Backward dataflow over the CFG: what is live on exit of each block, given what each
+    block reads before writing (`reads`) and what it overwrites in every lane (`kills`)."""
     live_in: list[set[int]] = [set() for _ in blocks]
-    kills = [{r for i in b.instrs if i.guard is None for r in i.writes()} for b in blocks]
     changed = True
     while changed:
         changed = False
         for i in reversed(range(len(blocks))):
-            b = blocks[i]
-            out: set[int] = set().union(*(live_in[s] for s in b.term.successors()))
-            new_in = set(b.registers_read()) | (out - kills[i])
+            out: set[int] = set().union(*(live_in[s] for s in blocks[i].term.successors()))
+            new_in = reads[i] | (out - kills[i])
             if new_in != live_in[i]:
                 live_in[i] = new_in
                 changed = True
     return [set().union(*(live_in[s] for s in b.term.successors())) for b in blocks]
 
 
-def encode_block(layout: RomLayout, block: Block, live_out: set[int]) -> list[int]:
-    """One block's ROM bytes."""
+def live_outs(blocks: tuple[Block, ...]) -> list[set[int]]:
+    """Registers live on exit of each block. A guarded write does not kill: lanes whose
+    guard fails keep the old value."""
+    kills = [{r for i in b.instrs if i.guard is None for r in i.writes()} for b in blocks]
+    return _live_out(blocks, [set(b.registers_read()) for b in blocks], kills)
+
+
+def live_pred_outs(blocks: tuple[Block, ...]) -> list[set[int]]:
+    """Predicates live on exit of each block: only those travel back in a PRED token. A
+    branch on the predicate its own instruction wrote reads the new value inside the pass
+    (the circuit forwards it), so `setp p; branch p` alone needs no write-back."""
+    reads, kills = [], []
+    for b in blocks:
+        killed = {p for i in b.instrs if i.guard is None for p in i.pred_writes()}
+        read = {p for i in b.instrs for p in i.pred_reads()}
+        if b.term.kind is TermKind.BRANCH and b.term.pred not in killed:
+            read.add(b.term.pred)  # read before any write, or where a guard kept it
+        reads.append(read)
+        kills.append(killed)
+    return _live_out(blocks, reads, kills)
+
+
+def encode_block(
+    layout: RomLayout, block: Block, live_out: set[int], live_preds: set[int] | None = None
+) -> list[int]:
+    """One block's ROM bytes (`live_out`, `live_preds`: registers and predicates live on
+    exit, whose new values the model writes back; every written predicate by default)."""
     v: dict[str, int] = {}
     t = block.term
     v["term"] = TERM_KINDS.index(t.kind)
@@ -224,6 +239,7 @@ def encode_block(layout: RomLayout, block: Block, live_out: set[int]) -> list[in
         if ins.c_imm is not None:  # only shfl has one, and shfl has no address offset
             v["c_is_imm"], v["imm"] = 1, ins.c_imm
         v["pd"], v["wp"] = ins.pd or 0, int(ins.pd is not None)
+        v["wbp"] = int(ins.pd is not None and (live_preds is None or ins.pd in live_preds))
         v["pa"], v["neg_a"] = ins.pa, int(ins.neg_a)
         v["pb"], v["neg_b"] = ins.pb, int(ins.neg_b)
         if ins.guard is not None:

@@ -21,25 +21,27 @@ KINDS: dict[str, tuple[str, ...]] = {
     "EXEC": ("b", "w", "mask"),  # run block b for warp w, lanes in mask
     "BREG": ("sel", "k", "v"),  # byte k of a register write-back (lane sel, lanes = all)
     "FREG": ("sel", "n", "v"),  # last byte (the n-th) of a register write-back: commits it
-    "BAMEM": ("k", "v"),  # byte k of the word an atomic/store writes to memory
-    "FAMEM": ("n", "v"),  # last byte: commits memory[MADDR] (also the host's memory load)
-    "BAREG": ("k", "v"),  # byte k of the old value an atomic returns
-    "FAREG": ("n", "v"),  # last byte: commits it to the atomic lane's rd
+    "BAMEM": ("k", "v"),  # byte k of the word a store/atomic writes to memory
+    "FAMEM": ("n", "v"),  # last byte: commits it (the host's memory load: to memory[MADDR])
     "PRED": ("pv", "pw"),  # predicate write-back: values, lanes written
-    "MADDR": ("addr",),  # memory word that the next FAMEM writes
+    "MADDR": ("addr",),  # memory word that the host's next FAMEM writes (host only)
     "ROMSEL": ("romb",),  # ROM block that the next ROMBYTE tokens write (host only)
     "ROMBYTE": ("romk", "v"),  # byte romk of that block's ROM row (host only)
-    "ATOM": ("lane",),  # run the block's memory write for one lane
+    "ATOM": ("lane",),  # run the block's store/atomic for one more lane
     "BAR": (),  # every live warp of the CTA waits at a barrier: release them
-    "CTA": ("cta",),  # start CTA number cta (CTA 0 is the launch's start token)
-    "LAUNCH": ("ntid", "nctaid"),  # launch geometry (host only)
+    "CTA": ("x", "y", "z"),  # start the CTA %ctaid = (x, y, z); CTA(0, 0, 0) starts a launch
+    "BLOCK": ("x", "y", "z"),  # the CTA shape %ntid (host only)
+    "GRID": ("x", "y", "z"),  # the grid shape %nctaid (host only)
     "END": (),  # the launch is over
 }
 KIND_NAMES = tuple(KINDS)
-HOST_ONLY = frozenset({"ROMSEL", "ROMBYTE", "LAUNCH"})
-BYTE_KINDS = ("BREG", "BAMEM", "BAREG")
-MAX_NTID = 16
-MAX_CTAS = 16
+HOST_ONLY = frozenset({"ROMSEL", "ROMBYTE", "MADDR", "BLOCK", "GRID"})
+BYTE_KINDS = ("BREG", "BAMEM")
+MAX_NTID = 16  # threads per CTA
+MAX_CTAS = 16  # CTAs per launch
+DIM_BITS = 5  # a dimension of a shape: 1..16
+INDEX_BITS = 4  # a thread's or CTA's index along one dimension: 0..15
+AXES = ("x", "y", "z")
 MAX_LANES = 4  # EXEC masks and PRED values grow as 2^lanes and 3^lanes tokens per warp
 
 
@@ -54,6 +56,20 @@ class Token:
     def __str__(self) -> str:
         args = ",".join(f"{k}={v}" for k, v in self.payload)
         return f"{self.kind}({args})"
+
+
+def shapes(limit: int) -> Iterator[tuple[int, int, int]]:
+    """Every (x, y, z) of positive dimensions with x * y * z <= limit."""
+    for x in range(1, limit + 1):
+        for y in range(1, limit // x + 1):
+            for z in range(1, limit // (x * y) + 1):
+                yield x, y, z
+
+
+def thread_index(t: int, block: tuple[int, int, int]) -> tuple[int, int, int]:
+    """%tid of linear thread t (x fastest, as CUDA numbers threads into warps)."""
+    bx, by, _ = block
+    return t % bx, (t // bx) % by, t // (bx * by)
 
 
 def token(kind: str, **payload: int) -> Token:
@@ -94,6 +110,11 @@ class Vocabulary:
         return self.spec.lanes
 
     @property
+    def threads(self) -> int:
+        """Threads per CTA the tokens can launch."""
+        return min(self.spec.threads_per_cta, MAX_NTID, self.spec.warps * self.spec.lanes)
+
+    @property
     def warp_bits(self) -> int:
         return max(1, (self.spec.warps - 1).bit_length())
 
@@ -111,14 +132,12 @@ class Vocabulary:
             for n in range(1, WORD_BYTES + 1):
                 for v in range(256):
                     yield token("FREG", sel=sel, n=n, v=v)
-        for kind in ("BAMEM", "BAREG"):
-            for k in range(WORD_BYTES - 1):
-                for v in range(256):
-                    yield token(kind, k=k, v=v)
-        for kind in ("FAMEM", "FAREG"):
-            for n in range(1, WORD_BYTES + 1):
-                for v in range(256):
-                    yield token(kind, n=n, v=v)
+        for k in range(WORD_BYTES - 1):
+            for v in range(256):
+                yield token("BAMEM", k=k, v=v)
+        for n in range(1, WORD_BYTES + 1):
+            for v in range(256):
+                yield token("FAMEM", n=n, v=v)
         for pw in range(1, 1 << lanes):
             for pv in range(1 << lanes):
                 if pv & ~pw == 0:
@@ -133,11 +152,13 @@ class Vocabulary:
         for lane in range(lanes):
             yield token("ATOM", lane=lane)
         yield token("BAR")
-        for cta in range(min(s.max_grid_ctas, MAX_CTAS)):
-            yield token("CTA", cta=cta)
-        for ntid in range(1, min(s.threads_per_cta, MAX_NTID) + 1):
-            for nctaid in range(1, min(s.max_grid_ctas, MAX_CTAS) + 1):
-                yield token("LAUNCH", ntid=ntid, nctaid=nctaid)
+        ctas = min(s.max_grid_ctas, MAX_CTAS)
+        for x, y, z in shapes(ctas):  # index (x-1, y-1, z-1) of a grid of x * y * z CTAs
+            yield token("CTA", x=x - 1, y=y - 1, z=z - 1)
+        for x, y, z in shapes(self.threads):
+            yield token("BLOCK", x=x, y=y, z=z)
+        for x, y, z in shapes(ctas):
+            yield token("GRID", x=x, y=y, z=z)
         yield token("END")
 
     def __len__(self) -> int:
@@ -148,8 +169,9 @@ class Vocabulary:
         """The circuit input fields this token's embedding sets (others are 0)."""
         v: dict[str, int | list[int]] = {f"is_{t.kind.lower()}": 1}
         p = dict(t.payload)
-        if t.kind == "EXEC":
-            v.update(t_b=p["b"], t_w=p["w"], t_mask=p["mask"])
+        if t.kind == "EXEC":  # t_lane: the lowest active lane, the first a store serves
+            low = (p["mask"] & -p["mask"]).bit_length() - 1
+            v.update(t_b=p["b"], t_w=p["w"], t_mask=p["mask"], t_lane=low)
         if "v" in p:
             v["t_v"] = p["v"]
         if "sel" in p:
@@ -172,9 +194,17 @@ class Vocabulary:
         if t.kind == "ATOM":
             v["t_lane"] = p["lane"]
         if t.kind == "CTA":
-            v["t_cta"] = p["cta"]
-        if t.kind == "LAUNCH":
-            v.update(t_ntid=p["ntid"], t_nctaid=p["nctaid"])
+            v.update({f"t_cta_{a}": p[a] for a in AXES})
+        if t.kind in ("BLOCK", "GRID"):
+            shape = tuple(p[a] for a in AXES)
+            prefix = "t_ntid" if t.kind == "BLOCK" else "t_nctaid"
+            v[prefix] = shape[0] * shape[1] * shape[2]
+            v.update({f"{prefix}_{a}": p[a] for a in AXES})
+        if t.kind == "BLOCK":  # every thread's %tid, packed x | y << 4 | z << 8
+            v["t_tids"] = [
+                sum(i << (INDEX_BITS * k) for k, i in enumerate(thread_index(thread, shape)))
+                for thread in range(self.threads)
+            ]
         return v
 
     def output_values(self, t: Token) -> dict[str, int] | None:
@@ -201,5 +231,5 @@ class Vocabulary:
         if t.kind == "ATOM":
             out["o_lane"] = p["lane"]
         if t.kind == "CTA":
-            out["o_cta"] = p["cta"]
+            out.update({f"o_cta_{a}": p[a] for a in AXES})
         return out

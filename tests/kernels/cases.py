@@ -2870,3 +2870,41 @@ case(
     _cas_own_ref,
     ("atomic_cas", "atomic_global"),
 )
+
+
+def _dims_small_ref(args):
+    (out,) = args
+    words = [0] * 8
+    for z in range(2):  # blockIdx.z
+        for y in range(2):
+            for x in range(2):
+                words[x + 2 * y + 4 * z] = y | z << 4 | 2 << 8 | 2 << 12
+    return [like(out, words)]
+
+
+case(
+    "dims_small",
+    "dims_small.cu",
+    (1, 1, 2),
+    B(2, 2),
+    lambda rng: [u32a([0] * 8)],
+    _dims_small_ref,
+    ("idx_3d", "multi_cta"),
+)
+
+
+def _guarded_store_ref(args):
+    flags, out = args
+    old = ints(out)
+    return [flags, like(out, [100 + t if f else old[t] for t, f in enumerate(ints(flags))])]
+
+
+case(
+    "guarded_store",
+    "guarded_store.cu",
+    G1,
+    B(4),
+    lambda rng: [u32a([0, 1, 1, 0]), u32a([7, 7, 7, 7])],
+    _guarded_store_ref,
+    ("predicated", "inline_asm"),
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 import sys
 import zlib
 from pathlib import Path
@@ -34,15 +35,19 @@ CASES = {c.name: c for c in suite.CASES}
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 
 # The default run: the dot product alone (prefill and token by token), and a batch of
-# short kernels per dtype: loops, divergence, atomics, stores, bit ops, predicates,
-# %laneid, constant memory.
+# short kernels per dtype: loops, divergence, atomics (cas, inc/dec), stores, bit ops,
+# predicates, %laneid, constant memory, a barrier, votes, shuffles, a 3-D launch.
 # A forward pass costs about 0.3 s on 2 CPU cores (the reduced machine on 0.8B), so the
 # whole suite (about 14,000 EXEC steps) runs in the slow tier.
 DEFAULT_BATCHES = {
     "float32": [
         "uniform_loop_zero_trips", "popc", "atomic_sub", "ffs", "laneid", "constant_lut",
+        "atomic_inc_dec", "cas_own", "shared_rotate", "vote_small", "guarded_store",
     ],
-    "bfloat16": ["clz", "atomic_exch", "reverse_inplace", "predicated", "dot"],
+    "bfloat16": [
+        "clz", "atomic_exch", "reverse_inplace", "predicated", "dot", "shfl_width2",
+        "dims_small",
+    ],
 }  # fmt: skip
 WARP_SIZE_TAGS = {
     "laneid", "warp_edges", "ballot", "any_all", "shfl_width", "shfl_up", "shfl_down",
@@ -136,8 +141,8 @@ def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
         mine = [line for line in said if line.startswith(f"{program.name}: ")]
         assert len(mine) == 1 + len(run.steps) // 16, mine
         case = CASES[name]
-        warps = -(-case.block[0] // reduced.spec.lanes)
-        grid = case.grid[0]
+        warps = -(-math.prod(case.block) // reduced.spec.lanes)
+        grid = math.prod(case.grid)
         assert mine[-1].startswith(f"{program.name}: CTA {grid}/{grid}: {warps}/{warps}")
 
 
@@ -155,15 +160,13 @@ def _forbid_the_interpreter(patch: pytest.MonkeyPatch) -> None:
 
 
 def _fitting_cases(spec) -> list[str]:
-    """Suite cases the machine runs (1-D, at most 16 threads and 16 CTAs, every
+    """Suite cases the machine runs (at most 16 threads per CTA and 16 CTAs, every
     instruction supported), shortest first."""
     from qwengpu.machine.rom import MachineUnsupported, check_supported
 
     steps = {}
     for case in suite.CASES:
-        if case.block[1:] != (1, 1) or case.grid[1:] != (1, 1) or case.block[0] > 16:
-            continue
-        if case.grid[0] > 16:
+        if math.prod(case.block) > 16 or math.prod(case.grid) > 16:
             continue
         try:
             program = api.compile(suite.load_source(case), case.kernel, spec=spec)

@@ -8,13 +8,27 @@ from hypothesis import strategies as st
 
 from qwengpu import api
 from qwengpu.host.model_backend import load_tokens, word_tokens
-from qwengpu.isa.instr import AtomOp, Block, Instr, Op, ShflMode, Terminator, TermKind, VoteMode
+from qwengpu.isa.instr import (
+    AtomOp,
+    Block,
+    Cond,
+    Instr,
+    Op,
+    ShflMode,
+    Terminator,
+    TermKind,
+    VoteMode,
+)
 from qwengpu.machine.model import MACHINE_SPEC, REDUCED_SPEC
 from qwengpu.machine.rom import MachineUnsupported, RomLayout, check_supported, encode_block
-from qwengpu.machine.tokens import HOST_ONLY, KIND_NAMES, Vocabulary
+from qwengpu.machine.tokens import HOST_ONLY, KIND_NAMES, Vocabulary, token
 
 DOT = """extern "C" __global__ void dot(const int* a, const int* b, int* out, int n)
 { int i = threadIdx.x; if (i < n) atomicAdd(out, a[i] * b[i]); }"""
+
+
+G1 = (1, 1, 1)
+EXIT = Terminator(TermKind.EXIT)
 
 
 def _decode_row(layout: RomLayout, row: list[int]) -> dict[str, int]:
@@ -97,6 +111,21 @@ def test_vocabulary_is_consistent(spec):
     assert {t.kind for t in vocab.tokens} == set(KIND_NAMES)
 
 
+def test_launch_shape_tokens_carry_every_threads_index():
+    vocab = Vocabulary(REDUCED_SPEC)
+    shapes = {(t.get("x"), t.get("y"), t.get("z")) for t in vocab.tokens if t.kind == "BLOCK"}
+    assert (16, 1, 1) in shapes and (2, 2, 4) in shapes and (3, 3, 2) not in shapes
+    inputs = vocab.input_values(token("BLOCK", x=3, y=2, z=2))
+    assert inputs["t_ntid"] == 12 and (inputs["t_ntid_y"], inputs["t_ntid_z"]) == (2, 2)
+    packed = inputs["t_tids"]
+    assert len(packed) == 16
+    # thread 10 of a 3 x 2 x 2 CTA is %tid (1, 1, 1): x | y << 4 | z << 8
+    assert packed[10] == 1 | 1 << 4 | 1 << 8
+    ctas = [t for t in vocab.tokens if t.kind == "CTA"]
+    assert all((t.get("x") + 1) * (t.get("y") + 1) * (t.get("z") + 1) <= 16 for t in ctas)
+    assert vocab.output_values(token("CTA", x=1, y=0, z=2))["o_cta_z"] == 2
+
+
 @given(st.integers(0, 2**32 - 1))
 def test_word_tokens_round_trip(value):
     tokens = word_tokens(value, "BAMEM", "FAMEM")
@@ -117,8 +146,8 @@ def test_dot_load_tokens():
         spec = MACHINE_SPEC
         vocab = Vocabulary(MACHINE_SPEC)
 
-    tokens = load_tokens(_Machine(), program, [0] * MACHINE_SPEC.memory_words, 3, 1)
-    assert tokens[0].kind == "LAUNCH" and tokens[0].get("ntid") == 3
+    tokens = load_tokens(_Machine(), program, [0] * MACHINE_SPEC.memory_words, (3, 1, 1), G1)
+    assert [str(t) for t in tokens[:2]] == ["BLOCK(x=3,y=1,z=1)", "GRID(x=1,y=1,z=1)"]
     assert sum(t.kind == "ROMSEL" for t in tokens) == len(program.blocks)
     assert not any(t.kind == "MADDR" for t in tokens)  # zero words are not sent
 
@@ -131,7 +160,7 @@ def test_wrong_spec_is_refused():
         vocab = Vocabulary(MACHINE_SPEC)
 
     with pytest.raises(Exception, match="lowered for"):
-        load_tokens(_Machine(), program, [0] * 126, 3, 1)
+        load_tokens(_Machine(), program, [0] * 126, (3, 1, 1), G1)
 
 
 def test_a_guarded_write_does_not_kill_liveness():
@@ -144,6 +173,22 @@ def test_a_guarded_write_does_not_kill_liveness():
     use = Block((Instr(Op.ADD, rd=2, a=1, b_imm=1),), Terminator(TermKind.EXIT))
     lives = live_outs((clz, guarded, use))
     assert 1 in lives[0]  # lanes that skip the guarded add still read clz's r1
+
+
+def test_only_live_predicates_travel_back():
+    from qwengpu.machine.rom import live_pred_outs
+
+    setp = Instr(Op.SETP, a=1, b_imm=3, pd=0, mode=Cond.LT)
+    branch = Terminator(TermKind.BRANCH, target=1, other=2, pred=0)
+    # setp p0; branch p0: the branch reads the new p0 inside the pass
+    assert live_pred_outs((Block((setp,), branch), Block((), EXIT), Block((), EXIT)))[0] == set()
+    # p0 guards an instruction of the next block: it travels
+    guarded = Block((Instr(Op.ADD, rd=1, a=1, b_imm=1, guard=0),), EXIT)
+    lives = live_pred_outs((Block((setp,), Terminator(TermKind.JUMP, target=1)), guarded))
+    assert lives[0] == {0}
+    layout = RomLayout(MACHINE_SPEC)
+    row = _decode_row(layout, encode_block(layout, Block((setp,), branch), set(), set()))
+    assert (row["wp"], row["wbp"]) == (1, 0)  # forwarded to the branch, not written back
 
 
 def test_more_lanes_than_the_token_formats_hold_are_refused():
