@@ -28,10 +28,11 @@ class MachineSpec:
     stores_per_block: int = 1  # ST/ATOM per block, after its loads: one write port per pass
     max_grid_ctas: int = 16  # CTAs per launch (they run one after another)
     max_steps: int = 4096  # default step budget of one launch (one step = one block)
+    mul_high: bool = True  # the ALU has mulhu/mulhs; without, the lowering expands them
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if value < 1:
+            if not isinstance(value, bool) and value < 1:
                 raise ValueError(f"MachineSpec.{name} must be >= 1, got {value}")
         if self.registers < 2:
             raise ValueError("MachineSpec.registers must be >= 2 (r0 is the zero register)")

@@ -1,7 +1,8 @@
 """PTX -> qgpu machine program.
 
-translate (virtual registers, basic blocks) -> simplify -> allocate registers
--> number blocks for reconvergence -> cut into ROM blocks -> check the MachineSpec
+translate (virtual registers, basic blocks) -> legalize for the spec's ALU -> simplify ->
+allocate registers -> number blocks for reconvergence -> cut into ROM blocks -> check the
+MachineSpec
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from qwengpu.errors import PtxError, ResourceError
 from qwengpu.isa.instr import Block, Param, Program, TermKind
 from qwengpu.isa.spec import DEFAULT_SPEC, WORD_BYTES, MachineSpec
 from qwengpu.lower.cfg import cut_blocks, number_blocks, simplify, successors_of
+from qwengpu.lower.legalize import legalize
 from qwengpu.lower.regalloc import (
     allocate,
     branch_pred_uses,
@@ -99,7 +101,9 @@ def lower_kernel(
     """Lower one PTX entry to a Program for `spec`; errors name the PTX line and the limit."""
     layout, params, static_data, shared_words = _layout(module, kernel)
     translator = Translator(kernel, layout)
-    blocks = simplify(translator.translate())
+    vblocks = translator.translate()
+    legalize(vblocks, spec, translator.temp)
+    blocks = simplify(vblocks)
     successors = {b.label: successors_of(b.term) for b in blocks}  # type: ignore[arg-type]
     eliminate_dead_code(blocks, successors)
     regs = allocate(
