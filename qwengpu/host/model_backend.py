@@ -19,15 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from qwengpu.errors import ArgError, CheckpointError, LaunchError
+from qwengpu.errors import ArgError, CheckpointError, LaunchError, TrapError
 from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
 from qwengpu.isa.instr import Program
-from qwengpu.isa.spec import WORD_MASK
+from qwengpu.isa.spec import WORD_BYTES, WORD_MASK
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
-from qwengpu.machine.tokens import AXES, MAX_CTAS, MAX_NTID, Token, token
+from qwengpu.machine.tokens import AXES, MAX_CTAS, MAX_NTID, TRAP_REASONS, Token, token
 
-WORD_BYTES = 4
 PROGRESS_EVERY = 16  # EXEC steps between progress reports
 TOKENS_PER_STEP = 64  # token budget per EXEC step: a write-back never needs this many
 PAD_TEXT_TOKEN = 0  # a text token id (any is muted); pads the shorter prompts of a batch
@@ -101,6 +100,7 @@ class _Job:
     """A launch in flight: its load tokens, and what the model has written so far."""
 
     name: str
+    program: Program
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     image: Any
@@ -216,6 +216,10 @@ class ModelBackend:
                 )
         seconds = time.perf_counter() - start
         states = self.recurrent_states(cache)
+        for b, job in enumerate(jobs):  # a trap fails the batch before any copy-back
+            if job.generated[-1].kind == "TRAP":
+                where = f"launch {b} ('{job.name}'): " if len(jobs) > 1 else ""
+                raise TrapError(where + self._trap_message(job, states, b))
         launches = []
         for b, job in enumerate(jobs):
             words = self.read_memory(states, b)
@@ -234,6 +238,26 @@ class ModelBackend:
             )
         return launches
 
+    def _trap_message(self, job: _Job, states: dict[int, np.ndarray], batch: int) -> str:
+        """The interpreter's words for the address trap the model ended a launch with: the
+        step is the last EXEC, the lane and the reason are TRAP's, and the address is the
+        lane's register a (read from the state) plus the instruction's offset."""
+        spec = self.machine.spec
+        trap = job.generated[-1]
+        step = _steps(job.generated, spec.lanes, job.grid)[-1]
+        (ins,) = job.program.blocks[step.block].instrs
+        lane = trap.get("lane")
+        address = (self.read_register(states, step.warp, lane, ins.a, batch) + ins.imm) & WORD_MASK
+        if TRAP_REASONS[trap.get("why")] == "misaligned":
+            reason = f"is not {WORD_BYTES}-byte aligned"
+        else:
+            reason = f"is outside memory (0..{spec.memory_bytes - 1:#x})"
+        at = f" (PTX line {ins.src_line})" if ins.src_line else ""
+        return (
+            f"illegal address: thread {step.warp * spec.lanes + lane} of CTA {step.cta} at "
+            f"B{step.block}.0 '{ins}'{at}: byte address {address:#x} {reason}"
+        )
+
     def _prepare(self, request: LaunchRequest) -> _Job:
         grid3, block3 = dim3(request.grid, "grid"), dim3(request.block, "block")
         program = request.program
@@ -247,7 +271,9 @@ class ModelBackend:
         image = build_memory(program, request.args)
         prompt = load_tokens(self.machine, program, image.words, block3, grid3)
         prompt.append(token("CTA", x=0, y=0, z=0))
-        return _Job(program.name, tuple(grid3), tuple(block3), image, list(image.words), prompt)
+        return _Job(
+            program.name, program, tuple(grid3), tuple(block3), image, list(image.words), prompt
+        )
 
     def _take(self, job: _Job, next_id: int, end_id: int, budget: int) -> None:
         """Append the model's next token to a launch; raise on a runaway or stray token."""
@@ -258,7 +284,7 @@ class ModelBackend:
             job.cta = cta_number(t, job.grid)
         if t.kind == "EXEC":
             job.execs += 1
-        job.done = next_id == end_id
+        job.done = next_id == end_id or t.kind == "TRAP"
         if not job.done and (job.execs > budget or len(job.generated) > budget * TOKENS_PER_STEP):
             raise LaunchError(
                 f"launch of '{job.name}' ran past its step budget of {budget} EXEC steps "
@@ -314,6 +340,14 @@ class ModelBackend:
             rows = [self.machine.compiled.memory_rows(states, f"sched{t}") for t in threads]
             done += not any(int(r[batch, 0, -1]) for r in rows)  # the live column is the last
         return done
+
+    def read_register(
+        self, states: dict[int, np.ndarray], warp: int, lane: int, reg: int, batch: int = 0
+    ) -> int:
+        """One register of one thread, from its lane's register file in the state."""
+        row = reg + (warp << self.machine.vocab.layout.reg_bits)
+        bits = self.machine.compiled.memory_rows(states, f"regs{lane}")[batch, row]
+        return int((bits * (1 << np.arange(32, dtype=np.int64))).sum())
 
     def read_memory(self, states: dict[int, np.ndarray], batch: int = 0) -> list[int]:
         """Final memory words of one sequence, from the first copy of the memory in the

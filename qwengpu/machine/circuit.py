@@ -32,11 +32,12 @@ from qwengpu.isa.instr import (
     PredFn,
     ShflMode,
     Special,
+    StoreWidth,
     TermKind,
     VoteMode,
 )
 from qwengpu.isa.spec import MachineSpec
-from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout
+from qwengpu.machine.rom import OPCODES, TERM_KINDS, RomLayout, store_mode
 from qwengpu.machine.tokens import (
     ADDR_BITS,
     AXES,
@@ -48,6 +49,7 @@ from qwengpu.machine.tokens import (
 )
 
 Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
+WORD_ADDR_SHIFT = 2  # byte address bits below the word index (4-byte words)
 
 SLOW_UNITS = (Op.ADD, Op.SUB, Op.MUL, Op.LD, Op.SHFL, Op.VOTE)
 """ALU units several layers deep (a vote waits for the executing lanes). The others'
@@ -261,6 +263,11 @@ class MachineCircuit:
         self.op = c.decoder(self.ins["op"], name="op1h")
         self.mode = c.decoder(self.ins["mode"], name="mode1h")
         self.term = c.decoder(self.ins["term"], name="term1h")
+        # st.8 / st.16 as clean bits (a word store's mode is 0, theirs 1 and 2)
+        self.narrow = {
+            w: bits_of(c, f"st.{w.value}", [self.opc(Op.ST) + self.mode.ch(store_mode(w)) - 1])
+            for w in StoreWidth
+        }
 
     def opc(self, op: Op) -> Lin:
         return self.op.ch(OPCODES.index(op))
@@ -762,12 +769,68 @@ class MachineCircuit:
             lanes.append(chans)
         return wires(c, "s2r", Bits(32), lanes)
 
+    def _address_traps(self) -> None:
+        """Per lane, a load/store/atomic whose byte address a + imm is not 4-byte aligned or
+        lies outside memory, as the interpreter traps (`trap_misaligned`, `trap_outside`;
+        misaligned wins, as in the interpreter's message)."""
+        c, s, lanes = self.c, self.sum, range(self.lanes)
+        mem = self.opc(Op.LD) + self.opc(Op.ST) + self.opc(Op.ATOM)
+        low = WORD_ADDR_SHIFT
+        top = low + ADDR_BITS  # the first bit past a word index
+        # misaligned: a word access with either low bit set, st.16 with bit 0 (st.8: never)
+        byte, half = (bit(self.narrow[w]) for w in (StoreWidth.B8, StoreWidth.B16))
+        word_access = 1 - byte - half
+        odd = wires(
+            c,
+            "trap.odd",
+            Bit(),
+            [[[s.ch(0, n) - byte, word_access + s.ch(1, n) - s.ch(0, n) - 1]] for n in lanes],
+        )
+        high, past = [], []
+        for n in lanes:
+            high.append(
+                bit(
+                    c.threshold(
+                        sum((s.ch(i, n) for i in range(top, 32)), Lin()), 1, name=f"trap.high{n}"
+                    )
+                )
+            )
+            word = sum((s.ch(i, n) * (1 << (i - low)) for i in range(low, top)), Lin())
+            past.append(bit(c.threshold(word, self.spec.memory_words, name=f"trap.past{n}")))
+        ex = bit(self.kind["EXEC"])
+
+        def traps(n: int) -> Lin:
+            return ex + mem + self.E.ch(0, n) - 2  # lane n runs a memory instruction
+
+        self.trap_misaligned = wires(
+            c, "trap.misaligned", Bits(self.lanes), [[[traps(n) + odd.ch(0, n) - 1] for n in lanes]]
+        )
+        self.trap_outside = wires(
+            c,
+            "trap.outside",
+            Bits(self.lanes),
+            [
+                [
+                    [
+                        traps(n) + high[n] - odd.ch(0, n) - 1,
+                        traps(n) + past[n] - high[n] - odd.ch(0, n) - 1,
+                    ]
+                    for n in lanes
+                ]
+            ],
+        )
+
     def _loads(self) -> Field:
         """ld and the memory unit's read port: one memory copy per lane, addressed by the
         lane's word a + imm (bits 2..8 of the byte address)."""
         c = self.c
+        self._address_traps()
         self.word_addr = [
-            bits_of(c, f"wordaddr{lane}", [self.sum.ch(2 + i, lane) for i in range(ADDR_BITS)])
+            bits_of(
+                c,
+                f"wordaddr{lane}",
+                [self.sum.ch(WORD_ADDR_SHIFT + i, lane) for i in range(ADDR_BITS)],
+            )
             for lane in range(self.lanes)
         ]
         self._memory_lane()
@@ -782,7 +845,10 @@ class MachineCircuit:
             [
                 [
                     [(no_lane, self.memcur.ch(i))]
-                    + [(self.acur.ch(n), self.sum.ch(2 + i, n)) for n in range(self.lanes)]
+                    + [
+                        (self.acur.ch(n), self.sum.ch(WORD_ADDR_SHIFT + i, n))
+                        for n in range(self.lanes)
+                    ]
                     for i in range(ADDR_BITS)
                 ]
             ],
@@ -862,9 +928,30 @@ class MachineCircuit:
             AtomOp.MINU: [(cf[Cond.LO], old), (1 - cf[Cond.LO], b)],
             AtomOp.MAXU: [(cf[Cond.HI], old), (1 - cf[Cond.HI], b)],
         }
+        narrow = self.narrow
+        word_store = self.opc(Op.ST) - bit(narrow[StoreWidth.B8]) - bit(narrow[StoreWidth.B16])
+        # the memory lane's byte offset in the word, for st.8 / st.16
+        offset = products(
+            c,
+            "store.offset",
+            Bits(WORD_ADDR_SHIFT),
+            [[[(lane.ch(n), self.sum.ch(i, n)) for n in range(self.lanes)] for i in range(2)]],
+        )
         chans = []
         for i in range(32):
-            terms = [(self.opc(Op.ST), b.ch(i))]
+            terms = [(word_store, b.ch(i))]
+            for width, is_narrow in narrow.items():
+                # the field at the offset takes b's low bits; the other bytes keep old's
+                span = width.value // 8
+                for start in range(0, WORD_BYTES, span):
+                    at = (
+                        match_form([offset.ch(j) for j in range(2)], start)
+                        if span == 1
+                        else (offset.ch(1) if start else 1 - offset.ch(1))
+                    )
+                    inside = 8 * start <= i < 8 * (start + span)
+                    src = b.ch(i - 8 * start) if inside else old.ch(i)
+                    terms.append((bit(is_narrow) + at - 1, src))
             for fn, options in choices.items():
                 terms += [(fn_is(fn) + when - 1, r.ch(i)) for when, r in options]
             chans.append(terms)
@@ -1194,19 +1281,29 @@ class MachineCircuit:
         is_atom_op = self.opc(Op.ATOM)
         ex, ae = bit(k["EXEC"]), bit(any_e)
         sel_all = self.t_sel.ch(self.vocab.all_lanes)
+        # an address trap ends the launch: TRAP(first trapping lane, why) after the EXEC
+        trapping = wires(
+            c,
+            "trap.lanes",
+            Bits(self.lanes),
+            [[[self.trap_misaligned.ch(n), self.trap_outside.ch(n)] for n in range(self.lanes)]],
+        )
+        tfirst, trap_any = c.priority(trapping, name="trap.first")
+        trap = bit(trap_any)
         go = {
-            "pred": ex + pred_back + ae - 2,
+            "trap": trap,
+            "pred": ex + pred_back + ae - trap - 2,
             # rd after EXEC, or after its PRED when the instruction writes both (shfl|p)
             "reg.start": [
-                ex + wb - pred_back - is_atom_op + ae - 2,
+                ex + wb - pred_back - is_atom_op + ae - trap - 2,
                 bit(k["PRED"]) + wb - is_atom_op + ae - 2,
             ],
             "reg.next": bit(k["BREG"]) - is_atom_op,
             "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - is_atom_op - 1,
             # a store's / atomic's word for the memory lane: the first right after EXEC
             # (ATOM(first lane) first if the instruction is guarded), then after ATOM(l)
-            "atom.first": ex + is_mem + guarded + ae - 3,
-            "amem.start": [ex + is_mem - guarded + ae - 2, bit(k["ATOM"])],
+            "atom.first": ex + is_mem + guarded + ae - trap - 3,
+            "amem.start": [ex + is_mem - guarded + ae - trap - 2, bit(k["ATOM"])],
             "amem.next": bit(k["BAMEM"]),
             # an atomic's old value, to rd of the memory lane (BREG/FREG with its lane)
             "areg.start": bit(k["FAMEM"]) + wb + is_atom_op - 2,
@@ -1350,6 +1447,7 @@ class MachineCircuit:
             "END": [sch - al - mc],
             "PRED": [g("pred")],
             "ATOM": [g("atom.first"), g("atom.next")],
+            "TRAP": [g("trap")],
             "BREG": [tgt.ch(0) + ib - 1, tgt.ch(2) + ib - 1],
             "FREG": [tgt.ch(0) - ib, tgt.ch(2) - ib],
             "BAMEM": [tgt.ch(1) + ib - 1],
@@ -1404,10 +1502,20 @@ class MachineCircuit:
             OneHot(self.lanes, allow_none=True),
             [
                 [
-                    [g("atom.first") + efirst.ch(i) - 1, g("atom.next") + natom.ch(i) - 1]
+                    [
+                        g("atom.first") + efirst.ch(i) - 1,
+                        g("atom.next") + natom.ch(i) - 1,
+                        g("trap") + tfirst.ch(i) - 1,
+                    ]
                     for i in range(self.lanes)
                 ]
             ],
+        )
+        o_why = wires(
+            c,
+            "o_why",
+            Bits(1),
+            [[[g("trap") + tfirst.ch(n) + self.trap_outside.ch(n) - 2 for n in range(self.lanes)]]],
         )
         o_sel, o_k, o_n, o_v = wsel, k_out, n_out, v_out
         self.outputs = [
@@ -1422,6 +1530,7 @@ class MachineCircuit:
             o_pv,
             o_pw,
             o_lane,
+            o_why,
             *o_cta,
         ]
         c.output(*self.outputs)

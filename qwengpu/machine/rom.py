@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from qwengpu.errors import QgpuError
 from qwengpu.isa.instr import (
-    AtomOp,
     Block,
     Cond,
     Instr,
     Op,
+    StoreWidth,
     TermKind,
 )
 from qwengpu.isa.spec import WORD_MASK, MachineSpec
@@ -58,24 +58,18 @@ SUPPORTED_OPS = frozenset(
         Op.SHFL,
     }
 )
-SUPPORTED_ATOMS = (
-    AtomOp.ADD,
-    AtomOp.EXCH,
-    AtomOp.AND,
-    AtomOp.OR,
-    AtomOp.XOR,
-    AtomOp.MIN,
-    AtomOp.MAX,
-    AtomOp.MINU,
-    AtomOp.MAXU,
-    AtomOp.CAS,
-    AtomOp.INC,
-    AtomOp.DEC,
-)
+
+
+def store_mode(width: StoreWidth | None) -> int:
+    """A store's ROM mode: 0 for a word, 1 + its StoreWidth's position for st.8 / st.16."""
+    return 0 if width is None else 1 + list(StoreWidth).index(width)
 
 
 def mode_index(instr: Instr) -> int:
-    """The instruction's mode as a small number: its position in its enum."""
+    """The instruction's mode as a small number: its position in its enum (a store's:
+    `store_mode`, since a word store has none)."""
+    if instr.op is Op.ST:
+        return store_mode(instr.mode)  # type: ignore[arg-type]
     if instr.mode is None:
         return 0
     return list(type(instr.mode)).index(instr.mode)
@@ -168,11 +162,10 @@ def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
     for ins in block.instrs:
         where = f"B{block_no}: '{ins}' (PTX line {ins.src_line})"
         if ins.op not in SUPPORTED_OPS:
-            raise MachineUnsupported(f"{where}: {ins.op.value} is not in the machine circuit yet")
-        if ins.op is Op.ATOM and ins.mode not in SUPPORTED_ATOMS:
-            raise MachineUnsupported(f"{where}: atom.{ins.mode.value} is not implemented yet")
-        if ins.op is Op.ST and ins.mode is not None:
-            raise MachineUnsupported(f"{where}: narrow stores are not implemented yet")
+            raise MachineUnsupported(
+                f"{where}: {ins.op.value} is not in the machine circuit (a program lowered "
+                "for the model's MachineSpec never has it)"
+            )
         if ins.op is Op.SETP and not isinstance(ins.mode, Cond):
             raise MachineUnsupported(f"{where}: setp without a condition")
 

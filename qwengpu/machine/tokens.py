@@ -29,6 +29,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "ROMBYTE": ("romk", "v"),  # byte romk of that block's ROM row (host only)
     "ATOM": ("lane",),  # run the block's store/atomic for one more lane
     "BAR": (),  # every live warp of the CTA waits at a barrier: release them
+    "TRAP": ("lane", "why"),  # lane's address is misaligned (why 0) / outside memory (1): the end
     "CTA": ("x", "y", "z"),  # start the CTA %ctaid = (x, y, z); CTA(0, 0, 0) starts a launch
     "BLOCK": ("x", "y", "z"),  # the CTA shape %ntid (host only)
     "GRID": ("x", "y", "z"),  # the grid shape %nctaid (host only)
@@ -42,6 +43,7 @@ MAX_CTAS = 16  # CTAs per launch
 DIM_BITS = 5  # a dimension of a shape: 1..16
 INDEX_BITS = 4  # a thread's or CTA's index along one dimension: 0..15
 AXES = ("x", "y", "z")
+TRAP_REASONS = ("misaligned", "outside memory")  # TRAP's why: 0, 1
 MAX_LANES = 4  # EXEC masks and PRED values grow as 2^lanes and 3^lanes tokens per warp
 
 
@@ -152,6 +154,9 @@ class Vocabulary:
         for lane in range(lanes):
             yield token("ATOM", lane=lane)
         yield token("BAR")
+        for lane in range(lanes):
+            for why in range(len(TRAP_REASONS)):
+                yield token("TRAP", lane=lane, why=why)
         ctas = min(s.max_grid_ctas, MAX_CTAS)
         for x, y, z in shapes(ctas):  # index (x-1, y-1, z-1) of a grid of x * y * z CTAs
             yield token("CTA", x=x - 1, y=y - 1, z=z - 1)
@@ -228,8 +233,10 @@ class Vocabulary:
             out.update(o_pv=p["pv"], o_pw=p["pw"])
         if t.kind == "MADDR":
             out["o_addr"] = p["addr"]
-        if t.kind == "ATOM":
+        if t.kind in ("ATOM", "TRAP"):
             out["o_lane"] = p["lane"]
+        if t.kind == "TRAP":
+            out["o_why"] = p["why"]
         if t.kind == "CTA":
             out.update({f"o_cta_{a}": p[a] for a in AXES})
         return out

@@ -2908,3 +2908,24 @@ case(
     _guarded_store_ref,
     ("predicated", "inline_asm"),
 )
+
+
+def _narrow_stores_ref(args):
+    a, out8, out16 = args
+    xs = uints(a)
+    b8 = [(x * 17 + 1) & 0xFF for x in xs]
+    b16 = [(x * 1000 + 3) & 0xFFFF for x in xs]
+    words8 = [sum(b8[4 * w + k] << (8 * k) for k in range(4)) for w in range(2)]
+    words16 = [b16[2 * w] | b16[2 * w + 1] << 16 for w in range(4)]
+    return [a, like(out8, words8), like(out16, words16)]
+
+
+case(
+    "narrow_stores",
+    "narrow_stores.cu",
+    G1,
+    B(8),
+    lambda rng: [u32a(rng.integers(0, 2**32, size=8)), u32a([0] * 2), u32a([0] * 4)],
+    _narrow_stores_ref,
+    ("byte_store", "short_store"),
+)

@@ -15,6 +15,7 @@ from qwengpu.isa.instr import (
     Instr,
     Op,
     ShflMode,
+    StoreWidth,
     Terminator,
     TermKind,
     VoteMode,
@@ -77,7 +78,7 @@ def test_c_operands_and_predicate_writes_in_the_rom_row():
         assert row["wp"] == writes_pred  # the PRED write-back follows only a pd write
 
 
-def test_barriers_shuffles_votes_and_every_atomic_are_supported():
+def test_barriers_shuffles_votes_narrow_stores_and_every_atomic_are_supported():
     barrier = Terminator(TermKind.BARRIER, target=1)
     check_supported(0, Block((), barrier), MACHINE_SPEC)
     for fn in AtomOp:
@@ -85,6 +86,12 @@ def test_barriers_shuffles_votes_and_every_atomic_are_supported():
     for mode in ShflMode:
         shfl = Instr(Op.SHFL, rd=1, a=1, b=2, c=3, mode=mode)
         check_supported(0, Block((shfl,), barrier), MACHINE_SPEC)
+    layout = RomLayout(MACHINE_SPEC)
+    for width, mode in ((None, 0), (StoreWidth.B8, 1), (StoreWidth.B16, 2)):
+        store = Instr(Op.ST, a=1, b=2, mode=width)
+        check_supported(0, Block((store,), barrier), MACHINE_SPEC)
+        row = _decode_row(layout, encode_block(layout, Block((store,), barrier), set()))
+        assert row["mode"] == mode  # a word store and st.8 do not share a mode
 
 
 def test_unsupported_instruction_is_refused_with_its_line():
