@@ -186,6 +186,7 @@ class MachineCircuit:
         self.t_addr = c.input("t_addr", Bits(ADDR_BITS))
         self.t_romb = c.input("t_romb", Bits(self.bb))
         self.rom_we = [c.input(f"rom_we{k}", Bit()) for k in range(self.layout.rom_bytes)]
+        # the memory lane a token names: ATOM(l)'s l, EXEC's lowest active lane
         self.t_lane = c.input("t_lane", OneHot(self.lanes, allow_none=True))
         self.t_cta = {a: c.input(f"t_cta_{a}", Bits(INDEX_BITS)) for a in AXES}
         # launch shapes: totals, then x, y, z; BLOCK also carries every thread's %tid
