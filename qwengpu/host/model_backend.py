@@ -21,11 +21,11 @@ import numpy as np
 
 from qwengpu.errors import ArgError, CheckpointError, LaunchError, TrapError
 from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
-from qwengpu.isa.instr import Program
-from qwengpu.isa.spec import WORD_BYTES, WORD_MASK
+from qwengpu.isa.instr import Program, address_fault, illegal_address_message
+from qwengpu.isa.spec import WORD_MASK
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
-from qwengpu.machine.tokens import AXES, MAX_CTAS, MAX_NTID, TRAP_REASONS, Token, token
+from qwengpu.machine.tokens import AXES, MAX_CTAS, MAX_NTID, Token, token
 
 PROGRESS_EVERY = 16  # EXEC steps between progress reports
 TOKENS_PER_STEP = 64  # token budget per EXEC step: a write-back never needs this many
@@ -248,15 +248,11 @@ class ModelBackend:
         (ins,) = job.program.blocks[step.block].instrs
         lane = trap.get("lane")
         address = (self.read_register(states, step.warp, lane, ins.a, batch) + ins.imm) & WORD_MASK
-        if TRAP_REASONS[trap.get("why")] == "misaligned":
-            reason = f"is not {WORD_BYTES}-byte aligned"
-        else:
-            reason = f"is outside memory (0..{spec.memory_bytes - 1:#x})"
-        at = f" (PTX line {ins.src_line})" if ins.src_line else ""
-        return (
-            f"illegal address: thread {step.warp * spec.lanes + lane} of CTA {step.cta} at "
-            f"B{step.block}.0 '{ins}'{at}: byte address {address:#x} {reason}"
-        )
+        fault = address_fault(ins, address, spec.memory_bytes)
+        if fault is None:
+            raise LaunchError(f"the model trapped ({trap}) at the legal address {address:#x}")
+        thread = step.warp * spec.lanes + lane
+        return illegal_address_message(thread, step.cta, step.block, 0, ins, address, fault)
 
     def _prepare(self, request: LaunchRequest) -> _Job:
         grid3, block3 = dim3(request.grid, "grid"), dim3(request.block, "block")
@@ -346,15 +342,17 @@ class ModelBackend:
     ) -> int:
         """One register of one thread, from its lane's register file in the state."""
         row = reg + (warp << self.machine.vocab.layout.reg_bits)
-        bits = self.machine.compiled.memory_rows(states, f"regs{lane}")[batch, row]
-        return int((bits * (1 << np.arange(32, dtype=np.int64))).sum())
+        return _words(self.machine.compiled.memory_rows(states, f"regs{lane}")[batch])[row]
 
     def read_memory(self, states: dict[int, np.ndarray], batch: int = 0) -> list[int]:
         """Final memory words of one sequence, from the first copy of the memory in the
         recurrent states (`recurrent_states(cache)`)."""
-        rows = self.machine.compiled.memory_rows(states, "mem0")[batch]
-        weights = 1 << np.arange(32, dtype=np.int64)
-        return [int(v) for v in (rows * weights).sum(axis=-1)]
+        return _words(self.machine.compiled.memory_rows(states, "mem0")[batch])
+
+
+def _words(rows: np.ndarray) -> list[int]:
+    """32-bit words from memory rows of bit channels (bit i in channel i)."""
+    return [int(v) for v in (rows * (1 << np.arange(32, dtype=np.int64))).sum(axis=-1)]
 
 
 def checkpoint_backend(

@@ -33,8 +33,10 @@ from qwengpu.isa.instr import (
     StoreWidth,
     TermKind,
     VoteMode,
+    address_fault,
+    illegal_address_message,
 )
-from qwengpu.isa.spec import WORD_BITS, WORD_BYTES, WORD_MASK
+from qwengpu.isa.spec import WORD_BITS, WORD_BYTES, WORD_MASK, index_3d
 
 EXITED = -1  # a lane's next-block value once it has retired
 SIGN_BIT = 1 << (WORD_BITS - 1)
@@ -175,11 +177,7 @@ class LaunchGeometry:
 
     def special(self, reg: Special, cta: int, warp: int, lane: int, lanes: int) -> int:
         """The value of a special register for one thread."""
-        bx, by, _ = self.block
-        gx, gy, _ = self.grid
-        thread = warp * lanes + lane
-        tid = (thread % bx, (thread // bx) % by, thread // (bx * by))
-        ctaid = (cta % gx, (cta // gx) % gy, cta // (gx * gy))
+        tid, ctaid = index_3d(warp * lanes + lane, self.block), index_3d(cta, self.grid)
         table = {
             Special.TID_X: tid[0],
             Special.TID_Y: tid[1],
@@ -465,18 +463,13 @@ class Interpreter:
 
     def _word_address(self, w: int, lane: int, block_no: int, slot: int, instr: Instr) -> int:
         address = self._address(w, lane, instr)
-        width = instr.mode.value // 8 if isinstance(instr.mode, StoreWidth) else WORD_BYTES
-        if address % width or address >= self.spec.memory_bytes:
-            reason = (
-                f"is not {width}-byte aligned"
-                if address % width
-                else f"is outside memory (0..{self.spec.memory_bytes - 1:#x})"
-            )
+        fault = address_fault(instr, address, self.spec.memory_bytes)
+        if fault is not None:
             thread = w * self.spec.lanes + lane
-            where = f" (PTX line {instr.src_line})" if instr.src_line else ""
             raise TrapError(
-                f"illegal address: thread {thread} of CTA {self.state.cta} at B{block_no}.{slot} "
-                f"'{instr}'{where}: byte address {address:#x} {reason}"
+                illegal_address_message(
+                    thread, self.state.cta, block_no, slot, instr, address, fault
+                )
             )
         return address // WORD_BYTES
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from qwengpu.isa.spec import WORD_MASK, MachineSpec
+from qwengpu.isa.spec import WORD_BYTES, WORD_MASK, MachineSpec
 
 
 class Op(Enum):
@@ -339,6 +339,29 @@ class Program:
             raise ValueError(
                 f"params and shared memory need {words} words; the machine has {spec.memory_words}"
             )
+
+
+def address_fault(instr: Instr, address: int, memory_bytes: int) -> str | None:
+    """Why a load/store/atomic at byte `address` traps (None: it does not), in the words
+    of the trap message: it must be aligned to its access (a word; st.8 / st.16: 1 / 2
+    bytes) and inside memory."""
+    width = instr.mode.value // 8 if isinstance(instr.mode, StoreWidth) else WORD_BYTES
+    if address % width:
+        return f"is not {width}-byte aligned"
+    if address >= memory_bytes:
+        return f"is outside memory (0..{memory_bytes - 1:#x})"
+    return None
+
+
+def illegal_address_message(
+    thread: int, cta: int, block_no: int, slot: int, instr: Instr, address: int, fault: str
+) -> str:
+    """The trap message for an illegal address (the interpreter's and the model's)."""
+    where = f" (PTX line {instr.src_line})" if instr.src_line else ""
+    return (
+        f"illegal address: thread {thread} of CTA {cta} at B{block_no}.{slot} '{instr}'{where}: "
+        f"byte address {address:#x} {fault}"
+    )
 
 
 def _src_b(instr: Instr) -> str:

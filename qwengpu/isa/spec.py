@@ -9,6 +9,13 @@ WORD_MASK = (1 << WORD_BITS) - 1
 WORD_BYTES = WORD_BITS // 8
 
 
+def index_3d(linear: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    """(x, y, z) of the linear-th thread of a CTA (or CTA of a grid) of `shape`: x
+    fastest, as CUDA numbers threads into warps and the interpreter runs CTAs."""
+    x, y, _ = shape
+    return linear % x, (linear // x) % y, linear // (x * y)
+
+
 @dataclass(frozen=True)
 class MachineSpec:
     """The shape of one qgpu machine.

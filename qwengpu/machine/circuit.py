@@ -739,16 +739,9 @@ class MachineCircuit:
             return [Special(f"{name}.{a}") for a in AXES]
 
         latched = [
-            (sp, f, DIM_BITS)
-            for sp, f in zip(axis_specials("ntid"), self.block.values(), strict=True)
-        ]
-        latched += [
-            (sp, f, DIM_BITS)
-            for sp, f in zip(axis_specials("nctaid"), self.grid.values(), strict=True)
-        ]
-        latched += [
-            (sp, f, INDEX_BITS)
-            for sp, f in zip(axis_specials("ctaid"), self.cta.values(), strict=True)
+            (sp, f)
+            for name, axes in (("ntid", self.block), ("nctaid", self.grid), ("ctaid", self.cta))
+            for sp, f in zip(axis_specials(name), axes.values(), strict=True)
         ]
         lanes = []
         for lane in range(self.lanes):
@@ -765,7 +758,7 @@ class MachineCircuit:
                         terms.append(m(Special.WARPID) + here - 1)
                 if (lane >> i) & 1:
                     terms.append(m(Special.LANEID))
-                terms += [m(sp) + f.ch(i) - 1 for sp, f, width in latched if i < width]
+                terms += [m(sp) + f.ch(i) - 1 for sp, f in latched if i < f.encoding.width]
                 chans.append(terms)
             lanes.append(chans)
         return wires(c, "s2r", Bits(32), lanes)
@@ -871,9 +864,10 @@ class MachineCircuit:
         exe = bits_of(c, "exe.bits", [self.E.ch(0, lane) for lane in range(self.lanes)])
         self.exe_first, _ = c.priority(exe, name="exe.first")
         self.exe_bits = exe
-        when = wires(c, "acur.we", Bit(), [[[bit(k["EXEC"]), bit(k["ATOM"])]]])
+        # EXEC and ATOM passes: the memory unit's (the lane latch and the atomic buffer)
+        self.memory_pass = wires(c, "memory.pass", Bit(), [[[bit(k["EXEC"]), bit(k["ATOM"])]]])
         (self.acur,) = self._register(
-            "acur", [Column("lane", self.t_lane.encoding)], [self.t_lane], when
+            "acur", [Column("lane", self.t_lane.encoding)], [self.t_lane], self.memory_pass
         )
 
     # -- memory unit (EXEC and ATOM passes) -----------------------------------------------------
@@ -957,9 +951,11 @@ class MachineCircuit:
                 terms += [(fn_is(fn) + when - 1, r.ch(i)) for when, r in options]
             chans.append(terms)
         new = products(c, "atom.new", Bits(32), [chans])
-        when = wires(c, "atomic.we", Bit(), [[[bit(self.kind["EXEC"]), bit(self.kind["ATOM"])]]])
         self.atb_new, self.atb_old = self._register(
-            "atomic", [Column("new", Bits(32)), Column("old", Bits(32))], [new, old], when
+            "atomic",
+            [Column("new", Bits(32)), Column("old", Bits(32))],
+            [new, old],
+            self.memory_pass,
         )
 
     # -- terminator and scheduler ---------------------------------------------------------------

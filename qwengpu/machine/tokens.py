@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from qwengpu.isa.spec import MachineSpec
+from qwengpu.isa.spec import MachineSpec, index_3d
 from qwengpu.machine.rom import RomLayout
 
 WORD_BYTES = 4
@@ -66,12 +66,6 @@ def shapes(limit: int) -> Iterator[tuple[int, int, int]]:
         for y in range(1, limit // x + 1):
             for z in range(1, limit // (x * y) + 1):
                 yield x, y, z
-
-
-def thread_index(t: int, block: tuple[int, int, int]) -> tuple[int, int, int]:
-    """%tid of linear thread t (x fastest, as CUDA numbers threads into warps)."""
-    bx, by, _ = block
-    return t % bx, (t // bx) % by, t // (bx * by)
 
 
 def token(kind: str, **payload: int) -> Token:
@@ -207,7 +201,7 @@ class Vocabulary:
             v.update({f"{prefix}_{a}": p[a] for a in AXES})
         if t.kind == "BLOCK":  # every thread's %tid, packed x | y << 4 | z << 8
             v["t_tids"] = [
-                sum(i << (INDEX_BITS * k) for k, i in enumerate(thread_index(thread, shape)))
+                sum(i << (INDEX_BITS * k) for k, i in enumerate(index_3d(thread, shape)))
                 for thread in range(self.threads)
             ]
         return v
