@@ -25,24 +25,33 @@ from qwengpu.isa.instr import Program, address_fault, illegal_address_message
 from qwengpu.isa.spec import WORD_MASK
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
-from qwengpu.machine.tokens import AXES, MAX_CTAS, MAX_NTID, Token, token
+from qwengpu.machine.tokens import AXES, KINDS, MAX_CTAS, MAX_NTID, WORD_BYTES, Token, token
 
 PROGRESS_EVERY = 16  # EXEC steps between progress reports
-TOKENS_PER_STEP = 64  # token budget per EXEC step: a write-back never needs this many
 PAD_TEXT_TOKEN = 0  # a text token id (any is muted); pads the shorter prompts of a batch
 
 
 def word_tokens(value: int, byte_kind: str, final_kind: str, **extra: int) -> list[Token]:
     """A 32-bit value as write-back tokens: its low bytes (while a higher byte is nonzero)
-    as byte tokens, then the top nonzero byte as the final token that commits it."""
+    as byte tokens, then the top nonzero byte as the final token that commits it; `extra`
+    fills the other fields each kind takes (BREG/FREG's sel, FAMEM's lane)."""
+    kinds = (byte_kind, final_kind)
     value &= WORD_MASK
     n = max(1, (value.bit_length() + 7) // 8)
-    out = [token(byte_kind, k=k, v=(value >> (8 * k)) & 0xFF, **extra) for k in range(n - 1)]
-    out.append(token(final_kind, n=n, v=(value >> (8 * (n - 1))) & 0xFF, **extra))
+    low, top = ({f: v for f, v in extra.items() if f in KINDS[kind]} for kind in kinds)
+    out = [token(byte_kind, k=k, v=(value >> (8 * k)) & 0xFF, **low) for k in range(n - 1)]
+    out.append(token(final_kind, n=n, v=(value >> (8 * (n - 1))) & 0xFF, **top))
     return out
 
 
 Dim3 = tuple[int, int, int]
+
+
+def tokens_between_execs(lanes: int) -> int:
+    """The most tokens the protocol puts after an EXEC before the next one: a PRED, a word
+    per lane (for an atomic, its stored word and its old value), WORD_BYTES tokens each,
+    then BAR or CTA. More means the model is not writing a launch any more."""
+    return 1 + lanes * 2 * WORD_BYTES + 1
 
 
 def load_tokens(
@@ -70,7 +79,7 @@ def load_tokens(
     for addr, w in enumerate(words):
         if w:
             out.append(token("MADDR", addr=addr))
-            out += [t for t in word_tokens(w, "BAMEM", "FAMEM")]
+            out += word_tokens(w, "BAMEM", "FAMEM", lane=machine.vocab.lanes)  # lane L: host
     return out
 
 
@@ -110,6 +119,7 @@ class _Job:
     last_id: int = 0
     cta: int = 0
     execs: int = 0
+    since_exec: int = 0  # tokens written since the last EXEC
     done: bool = False
     reported: bool = False
 
@@ -278,13 +288,21 @@ class ModelBackend:
         job.last_id = next_id
         if t.kind == "CTA":
             job.cta = cta_number(t, job.grid)
-        if t.kind == "EXEC":
-            job.execs += 1
+        job.execs += t.kind == "EXEC"
+        job.since_exec = 0 if t.kind == "EXEC" else job.since_exec + 1
         job.done = next_id == end_id or t.kind == "TRAP"
-        if not job.done and (job.execs > budget or len(job.generated) > budget * TOKENS_PER_STEP):
+        if job.done:
+            return
+        if job.execs > budget:
             raise LaunchError(
                 f"launch of '{job.name}' ran past its step budget of {budget} EXEC steps "
                 f"(last token {t}); raise max_steps if the kernel is meant to run longer"
+            )
+        limit = tokens_between_execs(self.machine.spec.lanes)
+        if job.since_exec > limit:
+            raise LaunchError(
+                f"launch of '{job.name}': the model wrote {job.since_exec} tokens since its "
+                f"last EXEC, more than any step writes back ({limit}; last token {t})"
             )
 
     def _report(self, jobs: Sequence[_Job], cache: Any, progress: Callable[[str], None]) -> None:

@@ -186,8 +186,9 @@ class MachineCircuit:
         self.t_addr = c.input("t_addr", Bits(ADDR_BITS))
         self.t_romb = c.input("t_romb", Bits(self.bb))
         self.rom_we = [c.input(f"rom_we{k}", Bit()) for k in range(self.layout.rom_bytes)]
-        # the memory lane a token names: ATOM(l)'s l, EXEC's lowest active lane
+        # the memory lane a token names: FAMEM(l)'s l (none: the host's memory load), TRAP's
         self.t_lane = c.input("t_lane", OneHot(self.lanes, allow_none=True))
+        self.names_lane = sum((self.t_lane.ch(n) for n in range(self.lanes)), Lin())
         self.t_cta = {a: c.input(f"t_cta_{a}", Bits(INDEX_BITS)) for a in AXES}
         # launch shapes: totals, then x, y, z; BLOCK also carries every thread's %tid
         self.t_ntid = [c.input(n, Bits(DIM_BITS)) for n in ("t_ntid", *self._axes("t_ntid"))]
@@ -337,6 +338,22 @@ class MachineCircuit:
             self.pb.append(c.read(mem, pa_b).outputs[0])
             self.pt.append(c.read(mem, pa_t).outputs[0])
 
+    def _serves_next_lane(self) -> dict[str, list[Lin]]:
+        """A store or atomic serves its executing lanes one per pass, in lane order: the
+        EXEC pass the first, then the pass of the token that ends lane l's tokens the next
+        one after l. That token is its word's FAMEM(l), or for an atomic whose old value
+        travels (rd live), the FREG(l) of that value. Conditions (each 1 or <= 0), by kind."""
+        k, atom, wb = self.kind, self.opc(Op.ATOM), self.ins["wb"].ch(0)
+        has_lane = self.names_lane  # not the host's memory load
+        return {
+            # a store's, or an atomic's whose rd is dead (exclusive forms: wires sums them)
+            "FAMEM": [
+                bit(k["FAMEM"]) + has_lane - atom - 1,
+                bit(k["FAMEM"]) + has_lane + atom - wb - 2,
+            ],
+            "FREG": [bit(k["FREG"]) + atom - 1],
+        }
+
     def _operand(self, name: str, reads: list[Field], is_imm: str, imm: str, bits: range) -> Field:
         """A source operand: the lanes' register reads, or the ROM row's immediate."""
         k = self.ins[is_imm].ch(0)
@@ -370,21 +387,22 @@ class MachineCircuit:
                 for lane in range(self.lanes)
             ],
         )
-        # lanes that execute the instruction: active (EXEC) or the atomic's lane (ATOM)
-        self.E = wires(
-            c,
-            "exe",
-            Bit(),
-            [
-                [
-                    [
-                        bit(self.kind["EXEC"]) + self.cur_mask.ch(lane) + gpass.ch(0, lane) - 2,
-                        bit(self.kind["ATOM"]) + self.t_lane.ch(lane) + gpass.ch(0, lane) - 2,
-                    ]
-                ]
-                for lane in range(self.lanes)
-            ],
-        )
+        # lanes that execute the instruction: the active ones on EXEC; on the pass that ends
+        # a memory lane's tokens (`_serves_next_lane`), those after that lane
+        k, mem_next = self.kind, self._serves_next_lane()
+
+        def after(onehot: Field, lane: int) -> Lin:  # 1 where onehot names a lane below `lane`
+            return sum((onehot.ch(j) for j in range(lane)), Lin())
+
+        def runs(lane: int) -> list[Lin]:
+            ready = self.cur_mask.ch(lane) + gpass.ch(0, lane)  # active, guard passes
+            return (
+                [bit(k["EXEC"]) + ready - 2]
+                + [f + after(self.t_lane, lane) + ready - 3 for f in mem_next["FAMEM"]]
+                + [f + after(self.t_sel, lane) + ready - 3 for f in mem_next["FREG"]]
+            )
+
+        self.E = wires(c, "exe", Bit(), [[runs(lane)] for lane in range(self.lanes)])
         neg_a = ins["neg_a"].ch(0)
         pa_eff = wires(
             c,
@@ -828,10 +846,10 @@ class MachineCircuit:
             for lane in range(self.lanes)
         ]
         self._memory_lane()
-        # FAMEM commits to the memory lane's a + imm, recomputed on its own pass (the
+        # FAMEM(l) commits to lane l's a + imm, recomputed on its own pass (lane l's
         # registers and the block are the same as on the pass that computed the word); the
-        # host's memory load, before any lane ran, to the MADDR cursor
-        no_lane = 1 - sum((self.acur.ch(n) for n in range(self.lanes)), Lin())
+        # host's memory load (no lane) to the MADDR cursor
+        no_lane = 1 - self.names_lane
         store_addr = products(
             c,
             "store.addr",
@@ -840,7 +858,7 @@ class MachineCircuit:
                 [
                     [(no_lane, self.memcur.ch(i))]
                     + [
-                        (self.acur.ch(n), self.sum.ch(WORD_ADDR_SHIFT + i, n))
+                        (self.t_lane.ch(n), self.sum.ch(WORD_ADDR_SHIFT + i, n))
                         for n in range(self.lanes)
                     ]
                     for i in range(ADDR_BITS)
@@ -856,24 +874,25 @@ class MachineCircuit:
         return lanes_of(c, "ld", reads)
 
     def _memory_lane(self) -> None:
-        """The lane a store or atomic serves: the first executing lane of the pass (the
-        memory unit's), and `acur`, the token's memory lane latched for the passes after it
-        (ATOM(l)'s l; EXEC's lowest lane, which is the first executing one unless the
-        instruction is guarded: then ATOM(first) follows the EXEC)."""
+        """The lane a store or atomic serves on this pass: the first executing one (EXEC's
+        first, or the next after the lane whose tokens just ended, `_serves_next_lane`)."""
         c, k = self.c, self.kind
         exe = bits_of(c, "exe.bits", [self.E.ch(0, lane) for lane in range(self.lanes)])
-        self.exe_first, _ = c.priority(exe, name="exe.first")
+        self.exe_first, self.exe_any = c.priority(exe, name="exe.first")
         self.exe_bits = exe
-        # EXEC and ATOM passes: the memory unit's (the lane latch and the atomic buffer)
-        self.memory_pass = wires(c, "memory.pass", Bit(), [[[bit(k["EXEC"]), bit(k["ATOM"])]]])
-        (self.acur,) = self._register(
-            "acur", [Column("lane", self.t_lane.encoding)], [self.t_lane], self.memory_pass
+        # the passes whose memory lane the atomic buffer keeps
+        mem_next = self._serves_next_lane()
+        self.memory_pass = wires(
+            c,
+            "memory.pass",
+            Bit(),
+            [[[bit(k["EXEC"]), *mem_next["FAMEM"], *mem_next["FREG"]]]],
         )
 
-    # -- memory unit (EXEC and ATOM passes) -----------------------------------------------------
+    # -- memory unit (EXEC pass and the passes that serve the next lane) ------------------------
     def _memory_unit(self) -> None:
         """For the memory lane l (`_memory_lane`): old = mem[addr_l], new = fn(old, b_l[, c_l])
-        (st: b_l), kept in a buffer that the following FAMEM / FREG tokens read out."""
+        (st: b_l), kept with l in a buffer that the following FAMEM / FREG tokens read out."""
         c = self.c
         lane = self.exe_first
         old = pick_lane(c, "atom.old", lane, lanes_of(c, "loaded", self.loaded))
@@ -951,10 +970,14 @@ class MachineCircuit:
                 terms += [(fn_is(fn) + when - 1, r.ch(i)) for when, r in options]
             chans.append(terms)
         new = products(c, "atom.new", Bits(32), [chans])
-        self.atb_new, self.atb_old = self._register(
+        self.atb_new, self.atb_old, self.atb_lane = self._register(
             "atomic",
-            [Column("new", Bits(32)), Column("old", Bits(32))],
-            [new, old],
+            [
+                Column("new", Bits(32)),
+                Column("old", Bits(32)),
+                Column("lane", self.exe_first.encoding),
+            ],
+            [new, old, lane],
             self.memory_pass,
         )
 
@@ -1258,22 +1281,9 @@ class MachineCircuit:
                 ]
             ],
         )
-        after_atom = wires(
-            c,
-            "after.atom",
-            Bits(self.lanes),
-            [
-                [
-                    [E.ch(lane) + sum((self.acur.ch(j) for j in range(lane)), Lin()) - 1]
-                    for lane in range(self.lanes)
-                ]
-            ],
-        )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
-        natom, natom_any = c.priority(after_atom, name="next.atom")
         pred_back = ins["wbp"].ch(0)  # writes a live-out predicate
         is_mem = self.opc(Op.ST) + self.opc(Op.ATOM)
-        guarded = ins["has_guard"].ch(0)
         wb = ins["wb"].ch(0)
         is_atom_op = self.opc(Op.ATOM)
         ex, ae = bit(k["EXEC"]), bit(any_e)
@@ -1297,19 +1307,13 @@ class MachineCircuit:
             ],
             "reg.next": bit(k["BREG"]) - is_atom_op,
             "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - is_atom_op - 1,
-            # a store's / atomic's word for the memory lane: the first right after EXEC
-            # (ATOM(first lane) first if the instruction is guarded), then after ATOM(l)
-            "atom.first": ex + is_mem + guarded + ae - trap - 3,
-            "amem.start": [ex + is_mem - guarded + ae - trap - 2, bit(k["ATOM"])],
+            # a store's / atomic's word for the lane the memory unit served on this pass:
+            # the EXEC's first executing lane, then each next one (`_serves_next_lane`)
+            "amem.start": bit(self.memory_pass) + is_mem + bit(self.exe_any) - trap - 2,
             "amem.next": bit(k["BAMEM"]),
-            # an atomic's old value, to rd of the memory lane (BREG/FREG with its lane)
-            "areg.start": bit(k["FAMEM"]) + wb + is_atom_op - 2,
+            # an atomic's old value, to rd of the lane its FAMEM(l) named (BREG/FREG(l))
+            "areg.start": bit(k["FAMEM"]) + self.names_lane + wb + is_atom_op - 3,
             "areg.next": bit(k["BREG"]) + is_atom_op - 1,
-            "atom.next": [
-                bit(k["FAMEM"]) - wb + bit(natom_any) - 1,
-                bit(k["FAMEM"]) - is_atom_op + bit(natom_any) - 1,
-                bit(k["FREG"]) + is_atom_op + bit(natom_any) - 2,
-            ],
         }
         names = list(go)
         gof = wires(
@@ -1352,7 +1356,7 @@ class MachineCircuit:
                             reg_start + efirst.ch(lane) - u - 1,
                             reg_next + self.t_sel.ch(lane) - 1,
                             reg_lane + nxt.ch(lane) - 1,
-                            g("areg.start") + self.acur.ch(lane) - 1,
+                            g("areg.start") + self.t_lane.ch(lane) - 1,
                             g("areg.next") + self.t_sel.ch(lane) - 1,
                         ]
                         for lane in range(self.lanes)
@@ -1443,7 +1447,6 @@ class MachineCircuit:
             "CTA": [sch - al + mc - 1],
             "END": [sch - al - mc],
             "PRED": [g("pred")],
-            "ATOM": [g("atom.first"), g("atom.next")],
             "TRAP": [g("trap")],
             "BREG": [tgt.ch(0) + ib - 1, tgt.ch(2) + ib - 1],
             "FREG": [tgt.ch(0) - ib, tgt.ch(2) - ib],
@@ -1500,8 +1503,7 @@ class MachineCircuit:
             [
                 [
                     [
-                        g("atom.first") + efirst.ch(i) - 1,
-                        g("atom.next") + natom.ch(i) - 1,
+                        tgt.ch(1) - ib + self.atb_lane.ch(i) - 1,  # FAMEM: the served lane
                         g("trap") + tfirst.ch(i) - 1,
                     ]
                     for i in range(self.lanes)

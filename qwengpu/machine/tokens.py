@@ -22,12 +22,13 @@ KINDS: dict[str, tuple[str, ...]] = {
     "BREG": ("sel", "k", "v"),  # byte k of a register write-back (lane sel, lanes = all)
     "FREG": ("sel", "n", "v"),  # last byte (the n-th) of a register write-back: commits it
     "BAMEM": ("k", "v"),  # byte k of the word a store/atomic writes to memory
-    "FAMEM": ("n", "v"),  # last byte: commits it (the host's memory load: to memory[MADDR])
+    # last byte: commits it to the memory lane's a + imm (lane L: the host's memory load, to
+    # memory[MADDR]); its pass serves the next executing lane
+    "FAMEM": ("lane", "n", "v"),
     "PRED": ("pv", "pw"),  # predicate write-back: values, lanes written
     "MADDR": ("addr",),  # memory word that the host's next FAMEM writes (host only)
     "ROMSEL": ("romb",),  # ROM block that the next ROMBYTE tokens write (host only)
     "ROMBYTE": ("romk", "v"),  # byte romk of that block's ROM row (host only)
-    "ATOM": ("lane",),  # run the block's store/atomic for one more lane
     "BAR": (),  # every live warp of the CTA waits at a barrier: release them
     "TRAP": ("lane", "why"),  # lane's address is misaligned (why 0) / outside memory (1): the end
     "CTA": ("x", "y", "z"),  # start the CTA %ctaid = (x, y, z); CTA(0, 0, 0) starts a launch
@@ -131,9 +132,10 @@ class Vocabulary:
         for k in range(WORD_BYTES - 1):
             for v in range(256):
                 yield token("BAMEM", k=k, v=v)
-        for n in range(1, WORD_BYTES + 1):
-            for v in range(256):
-                yield token("FAMEM", n=n, v=v)
+        for lane in range(lanes + 1):
+            for n in range(1, WORD_BYTES + 1):
+                for v in range(256):
+                    yield token("FAMEM", lane=lane, n=n, v=v)
         for pw in range(1, 1 << lanes):
             for pv in range(1 << lanes):
                 if pv & ~pw == 0:
@@ -145,8 +147,6 @@ class Vocabulary:
         for k in range(self.layout.rom_bytes):
             for v in range(256):
                 yield token("ROMBYTE", romk=k, v=v)
-        for lane in range(lanes):
-            yield token("ATOM", lane=lane)
         yield token("BAR")
         for lane in range(lanes):
             for why in range(len(TRAP_REASONS)):
@@ -163,14 +163,17 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def is_host_store(self, t: Token) -> bool:
+        """The host's memory-load word (FAMEM with lane L), which the model never emits."""
+        return t.kind == "FAMEM" and t.get("lane") == self.lanes
+
     # -- what the circuit sees -----------------------------------------------------------------
     def input_values(self, t: Token) -> dict[str, int | list[int]]:
         """The circuit input fields this token's embedding sets (others are 0)."""
         v: dict[str, int | list[int]] = {f"is_{t.kind.lower()}": 1}
         p = dict(t.payload)
-        if t.kind == "EXEC":  # t_lane: the lowest active lane, the first a store serves
-            low = (p["mask"] & -p["mask"]).bit_length() - 1
-            v.update(t_b=p["b"], t_w=p["w"], t_mask=p["mask"], t_lane=low)
+        if t.kind == "EXEC":
+            v.update(t_b=p["b"], t_w=p["w"], t_mask=p["mask"])
         if "v" in p:
             v["t_v"] = p["v"]
         if "sel" in p:
@@ -190,7 +193,7 @@ class Vocabulary:
             v["t_romb"] = p["romb"]
         if t.kind == "ROMBYTE":
             v[f"rom_we{p['romk']}"] = 1
-        if t.kind == "ATOM":
+        if t.kind == "FAMEM" and p["lane"] < self.lanes:  # the host's (lane L) names none
             v["t_lane"] = p["lane"]
         if t.kind == "CTA":
             v.update({f"t_cta_{a}": p[a] for a in AXES})
@@ -209,7 +212,7 @@ class Vocabulary:
     def output_values(self, t: Token) -> dict[str, int] | None:
         """The code the circuit's output fields hold when it emits this token (None for
         tokens only the host sends)."""
-        if t.kind in HOST_ONLY:
+        if t.kind in HOST_ONLY or self.is_host_store(t):
             return None
         p = dict(t.payload)
         out = {"o_kind": KIND_NAMES.index(t.kind)}
@@ -227,7 +230,7 @@ class Vocabulary:
             out.update(o_pv=p["pv"], o_pw=p["pw"])
         if t.kind == "MADDR":
             out["o_addr"] = p["addr"]
-        if t.kind in ("ATOM", "TRAP"):
+        if t.kind in ("FAMEM", "TRAP"):
             out["o_lane"] = p["lane"]
         if t.kind == "TRAP":
             out["o_why"] = p["why"]

@@ -57,6 +57,8 @@ WARP_SIZE_TAGS = {
 }  # fmt: skip
 """Cases whose oracle (the CUDA answer) holds for 4-lane warps only: on the reduced preset's
 2-lane warps the model must still equal the interpreter."""
+DOT_TOKENS = {"qwen3.5-2b": 44, "qwen3.5-0.8b": 61}
+"""Tokens the model writes for the dot product (docs/protocol.md; the original: 47)."""
 FULL_MIN_CASES = 20  # kernels the slow tier runs on the full machine (2B geometry)
 _runs: dict[str, object] = {}  # launches kept for the tests that only inspect them
 
@@ -79,6 +81,7 @@ def _dot(backend, dtype: str, prefill: bool):
         f"{len(run.generated)} tokens, {len(run.steps)} EXECs, {run.prompt_tokens} load tokens"
     )
     assert int(args[2][0]) == 32
+    assert len(run.generated) <= DOT_TOKENS[backend.machine.geometry.name]
     assert check_launch(program, run) == len(run.steps)
     assert run.generated[-1].kind == "END"
     return run
@@ -286,3 +289,24 @@ def test_a_runaway_launch_ends_at_its_step_budget(reduced):
     budget = r"launch of 'spin' ran past its step budget of 8 EXEC steps"
     with pytest.raises(LaunchError, match=budget):
         reduced.get("float32").launch(program, 1, 2, [np.zeros(2, np.int32)], max_steps=8)
+
+
+def test_a_launch_without_exec_tokens_ends_with_a_clear_error(reduced):
+    """A model that stops writing EXECs (say, one write-back token forever) fails as soon
+    as it passes the most any step writes back, not after the whole step budget."""
+    from qwengpu.errors import LaunchError
+    from qwengpu.host.model_backend import _Job, tokens_between_execs
+    from qwengpu.machine.tokens import token
+
+    backend = reduced.get("float32")
+    program = api.compile(DOT, spec=reduced.spec)
+    job = _Job("dot", program, (1, 1, 1), (4, 1, 1), None, [], [])
+    limit = tokens_between_execs(reduced.spec.lanes)
+    exec_id, word_id, end_id = backend.ids(
+        [token("EXEC", b=0, w=0, mask=1), token("FREG", sel=0, n=1, v=7), token("END")]
+    )
+    backend._take(job, exec_id, end_id, budget=100)
+    for _ in range(limit):
+        backend._take(job, word_id, end_id, budget=100)
+    with pytest.raises(LaunchError, match=rf"wrote {limit + 1} tokens since its last EXEC"):
+        backend._take(job, word_id, end_id, budget=100)

@@ -109,11 +109,11 @@ def test_vocabulary_is_consistent(spec):
     assert len(execs) == spec.rom_blocks * spec.warps * (2**lanes - 1)
     assert {t.get("sel") for t in vocab.tokens if t.kind == "FREG"} == set(range(lanes + 1))
     assert vocab.all_lanes == lanes  # sel = lanes: every active lane
-    codes = [
-        tuple(sorted(vocab.output_values(t).items()))
-        for t in vocab.tokens
-        if t.kind not in HOST_ONLY
-    ]
+    emitted = [t for t in vocab.tokens if vocab.output_values(t) is not None]
+    assert {t for t in vocab.tokens if t not in emitted} == {
+        t for t in vocab.tokens if t.kind in HOST_ONLY or t.get("lane", -1) == lanes
+    }  # the host's tokens, its memory-load FAMEM(lane L) among them
+    codes = [tuple(sorted(vocab.output_values(t).items())) for t in emitted]
     assert len(set(codes)) == len(codes)  # every emittable token has its own code
     assert {t.kind for t in vocab.tokens} == set(KIND_NAMES)
 
@@ -135,8 +135,9 @@ def test_launch_shape_tokens_carry_every_threads_index():
 
 @given(st.integers(0, 2**32 - 1))
 def test_word_tokens_round_trip(value):
-    tokens = word_tokens(value, "BAMEM", "FAMEM")
+    tokens = word_tokens(value, "BAMEM", "FAMEM", lane=1)
     *low, last = tokens
+    assert last.get("lane") == 1 and all(t.kind == "BAMEM" for t in low)  # only FAMEM: lane
     assert [t.get("k") for t in low] == list(range(len(low)))
     n = last.get("n")
     assert n == len(low) + 1
