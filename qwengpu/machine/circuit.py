@@ -114,6 +114,11 @@ def lane_part(c: Circuit, name: str, f: Field, lane: int) -> Field:
     return wires(c, name, f.encoding, [[[f.ch(i, lane)] for i in range(f.encoding.width)]])
 
 
+def lanes_below(onehot: Field, lane: int) -> Lin:
+    """1 where `onehot` names a lane below `lane` (the lanes after a token's lane)."""
+    return sum((onehot.ch(j) for j in range(lane)), Lin())
+
+
 def pick_lane(c: Circuit, name: str, onehot: Field, f: Field) -> Field:
     """f's lane selected by a one-lane OneHot over lanes (0 when none)."""
     return products(
@@ -344,13 +349,10 @@ class MachineCircuit:
         one after l. That token is its word's FAMEM(l), or for an atomic whose old value
         travels (rd live), the FREG(l) of that value. Conditions (each 1 or <= 0), by kind."""
         k, atom, wb = self.kind, self.opc(Op.ATOM), self.ins["wb"].ch(0)
-        has_lane = self.names_lane  # not the host's memory load
+        famem = bit(k["FAMEM"]) + self.names_lane  # the model's FAMEM, not the host's
         return {
             # a store's, or an atomic's whose rd is dead (exclusive forms: wires sums them)
-            "FAMEM": [
-                bit(k["FAMEM"]) + has_lane - atom - 1,
-                bit(k["FAMEM"]) + has_lane + atom - wb - 2,
-            ],
+            "FAMEM": [famem - atom - 1, famem + atom - wb - 2],
             "FREG": [bit(k["FREG"]) + atom - 1],
         }
 
@@ -389,17 +391,15 @@ class MachineCircuit:
         )
         # lanes that execute the instruction: the active ones on EXEC; on the pass that ends
         # a memory lane's tokens (`_serves_next_lane`), those after that lane
-        k, mem_next = self.kind, self._serves_next_lane()
-
-        def after(onehot: Field, lane: int) -> Lin:  # 1 where onehot names a lane below `lane`
-            return sum((onehot.ch(j) for j in range(lane)), Lin())
+        k = self.kind
+        self.serves_next = mem_next = self._serves_next_lane()
 
         def runs(lane: int) -> list[Lin]:
             ready = self.cur_mask.ch(lane) + gpass.ch(0, lane)  # active, guard passes
             return (
                 [bit(k["EXEC"]) + ready - 2]
-                + [f + after(self.t_lane, lane) + ready - 3 for f in mem_next["FAMEM"]]
-                + [f + after(self.t_sel, lane) + ready - 3 for f in mem_next["FREG"]]
+                + [f + lanes_below(self.t_lane, lane) + ready - 3 for f in mem_next["FAMEM"]]
+                + [f + lanes_below(self.t_sel, lane) + ready - 3 for f in mem_next["FREG"]]
             )
 
         self.E = wires(c, "exe", Bit(), [[runs(lane)] for lane in range(self.lanes)])
@@ -881,7 +881,7 @@ class MachineCircuit:
         self.exe_first, self.exe_any = c.priority(exe, name="exe.first")
         self.exe_bits = exe
         # the passes whose memory lane the atomic buffer keeps
-        mem_next = self._serves_next_lane()
+        mem_next = self.serves_next
         self.memory_pass = wires(
             c,
             "memory.pass",
@@ -1274,12 +1274,7 @@ class MachineCircuit:
             c,
             "after.sel",
             Bits(self.lanes),
-            [
-                [
-                    [E.ch(lane) + sum((self.t_sel.ch(j) for j in range(lane)), Lin()) - 1]
-                    for lane in range(self.lanes)
-                ]
-            ],
+            [[[E.ch(lane) + lanes_below(self.t_sel, lane) - 1] for lane in range(self.lanes)]],
         )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
         pred_back = ins["wbp"].ch(0)  # writes a live-out predicate

@@ -193,7 +193,7 @@ class Vocabulary:
             v["t_romb"] = p["romb"]
         if t.kind == "ROMBYTE":
             v[f"rom_we{p['romk']}"] = 1
-        if t.kind == "FAMEM" and p["lane"] < self.lanes:  # the host's (lane L) names none
+        if t.kind == "FAMEM" and not self.is_host_store(t):  # the host's names no lane
             v["t_lane"] = p["lane"]
         if t.kind == "CTA":
             v.update({f"t_cta_{a}": p[a] for a in AXES})
