@@ -24,7 +24,7 @@ class CheckFailed(LaunchError):
 class StepWrites:
     regs: tuple[tuple[int, int, int], ...]  # (lane, register, value)
     preds: tuple[tuple[int, int, bool], ...]  # (lane, predicate, value)
-    mem: tuple[int, ...]  # the words stored, in order (the address is the lane's a + imm)
+    mem: tuple[tuple[int, int], ...]  # (lane, word stored), in order (the address: lane's a + imm)
 
 
 def model_writes(program: Program, step: ModelStep) -> StepWrites:
@@ -33,7 +33,7 @@ def model_writes(program: Program, step: ModelStep) -> StepWrites:
     ins = block.instrs[0] if block.instrs else None
     regs: list[tuple[int, int, int]] = []
     preds: list[tuple[int, int, bool]] = []
-    mem: list[int] = []
+    mem: list[tuple[int, int]] = []
     staged: dict[int, int] = {}
     for t in step.tokens[1:]:
         if t.kind in ("BREG", "BAMEM"):
@@ -50,7 +50,7 @@ def model_writes(program: Program, step: ModelStep) -> StepWrites:
                 lanes = step.lanes if sel == program.spec.lanes else (sel,)
                 regs += [(lane, rd, value) for lane in lanes]
             else:
-                mem.append(value)
+                mem.append((t.get("lane"), value))
         elif t.kind == "PRED":
             pd = ins.pd if ins is not None and ins.pd is not None else 0
             preds += [
@@ -106,12 +106,12 @@ def check_launch(program: Program, launch: ModelLaunch) -> int:
                 f"{where}: predicate writes expected {list(expect_preds)}, "
                 f"the model wrote {list(writes.preds)}"
             )
-        # the tokens carry the stored words; where they went, the final memory shows
-        if tuple(v for _, v in want.mem_writes) != writes.mem:
+        # the tokens carry each lane's stored word; where it went, the final memory shows
+        if tuple((lane, v) for lane, _, v in want.mem_writes) != writes.mem:
             raise CheckFailed(
                 f"{where}: memory writes expected "
-                f"{[(w, hex(v)) for w, v in want.mem_writes]}, the model stored "
-                f"{[hex(v) for v in writes.mem]}"
+                f"{[f'lane {lane}: mem[{w}]={v:#x}' for lane, w, v in want.mem_writes]}, "
+                f"the model stored {[f'lane {lane}: {v:#x}' for lane, v in writes.mem]}"
             )
     if len(ref) != len(launch.steps):
         raise CheckFailed(

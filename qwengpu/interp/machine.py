@@ -208,7 +208,7 @@ class Step:
     active: tuple[int, ...]  # lanes that ran the block
     reg_writes: tuple[tuple[int, int, int], ...]  # (lane, register, value), in order
     pred_writes: tuple[tuple[int, int, bool], ...]  # (lane, predicate, value)
-    mem_writes: tuple[tuple[int, int], ...]  # (word, value), in order
+    mem_writes: tuple[tuple[int, int, int], ...]  # (lane, word, value), in lane order
     next_blocks: tuple[int, ...]  # every lane's next block after the step (EXITED = -1)
 
 
@@ -223,7 +223,7 @@ def format_step(step: Step) -> str:
     for reg, values in sorted(regs.items()):
         shown = ",".join(f"{values[lane]:#x}" for lane in sorted(values))
         parts.append(f"r{reg}=[{shown}]")
-    parts += [f"mem[{word}]={value:#x}" for word, value in step.mem_writes]
+    parts += [f"mem[{word}]={value:#x}" for _, word, value in step.mem_writes]
     return " ".join(parts)
 
 
@@ -331,7 +331,7 @@ class Interpreter:
         block = self.program.blocks[block_no]
         reg_writes: list[tuple[int, int, int]] = []
         pred_writes: list[tuple[int, int, bool]] = []
-        mem_writes: list[tuple[int, int]] = []
+        mem_writes: list[tuple[int, int, int]] = []
         for slot, instr in enumerate(block.instrs):
             self._execute(w, block_no, slot, instr, active, reg_writes, pred_writes, mem_writes)
         self._terminate(warp, block, active)
@@ -375,7 +375,7 @@ class Interpreter:
         active: tuple[int, ...],
         reg_writes: list[tuple[int, int, int]],
         pred_writes: list[tuple[int, int, bool]],
-        mem_writes: list[tuple[int, int]],
+        mem_writes: list[tuple[int, int, int]],
     ) -> None:
         warp = self.state.warps[w]
         regs, preds = warp.regs, warp.preds
@@ -409,7 +409,7 @@ class Interpreter:
                     results.append((lane, memory[word]))
                     new = atomic(instr.mode, memory[word], b_of(lane), c_of(lane))  # type: ignore[arg-type]
                 memory[word] = new
-                mem_writes.append((word, new))
+                mem_writes.append((lane, word, new))
         elif op is Op.SHFL:
             for lane in lanes:
                 src, in_range = shuffle_source(instr.mode, lane, b_of(lane), c_of(lane))  # type: ignore[arg-type]

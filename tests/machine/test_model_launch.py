@@ -226,6 +226,25 @@ def test_check_reports_the_first_divergence(reduced):
         check_launch(program, run)
 
 
+def test_check_compares_the_lane_of_each_stored_word(reduced):
+    program = api.compile(DOT, spec=reduced.spec)
+    run = copy.deepcopy(_runs.get("float32"))
+    if run is None:
+        run = reduced.get("float32").launch(program, 1, 4, _dot_args())
+    # warp 0's atom.add stores lane 0's word, then lane 1's: name the lanes the other way
+    k, step = next(
+        (k, s)
+        for k, s in enumerate(run.steps)
+        if s.warp == 0 and len(s.lanes) == 2 and any(t.kind == "FAMEM" for t in s.tokens)
+    )
+    for i, t in enumerate(step.tokens):
+        if t.kind == "FAMEM":
+            swapped = tuple((n, 1 - v if n == "lane" else v) for n, v in t.payload)
+            step.tokens[i] = type(t)(t.kind, swapped)
+    with pytest.raises(CheckFailed, match=rf"step {k}: .*'lane 0: mem\[\d+\]=0x4'"):
+        check_launch(program, run)
+
+
 def test_a_program_for_another_machine_is_refused(reduced):
     import dataclasses
 
