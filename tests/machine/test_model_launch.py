@@ -210,11 +210,17 @@ def test_the_full_machine_on_the_2b_geometry(full, dtype):
         _run_and_verify(backend, batch, dtype, prefill=dtype == "float32")
 
 
-def test_check_reports_the_first_divergence(reduced):
-    program = api.compile(DOT, spec=reduced.spec)
-    run = copy.deepcopy(_runs.get("float32"))
+def _dot_run_to_corrupt(reduced, program):
+    """A copy of the float32 dot-product launch (the one test_dot_product ran, or a new one)."""
+    run = _runs.get("float32")
     if run is None:
         run = reduced.get("float32").launch(program, 1, 4, _dot_args())
+    return copy.deepcopy(run)
+
+
+def test_check_reports_the_first_divergence(reduced):
+    program = api.compile(DOT, spec=reduced.spec)
+    run = _dot_run_to_corrupt(reduced, program)
     # B4 is `s2r r1, %tid.x`: one write-back per lane; corrupt lane 1's in warp 1
     k, step = next((k, s) for k, s in enumerate(run.steps) if s.block == 4 and s.warp == 1)
     i = next(j for j, t in enumerate(step.tokens) if t.kind == "FREG" and t.get("sel") == 1)
@@ -228,9 +234,7 @@ def test_check_reports_the_first_divergence(reduced):
 
 def test_check_compares_the_lane_of_each_stored_word(reduced):
     program = api.compile(DOT, spec=reduced.spec)
-    run = copy.deepcopy(_runs.get("float32"))
-    if run is None:
-        run = reduced.get("float32").launch(program, 1, 4, _dot_args())
+    run = _dot_run_to_corrupt(reduced, program)
     # warp 0's atom.add stores lane 0's word, then lane 1's: name the lanes the other way
     k, step = next(
         (k, s)
