@@ -9,6 +9,7 @@ docs/protocol.md describes the tokens.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -150,6 +151,9 @@ class ModelBackend:
         self.model = model
         self.offset = token_offset
         self.vocab = machine.vocab
+        self.fast_decode = True
+        """Decode on the CPU with qwengpu's in-place delta-rule kernel (host.decode_kernel);
+        False keeps transformers' torch kernel."""
 
     def ids(self, tokens: Sequence[Token]) -> list[int]:
         return [self.offset + self.vocab.index[t] for t in tokens]
@@ -190,6 +194,8 @@ class ModelBackend:
         token until the last one ends. Arrays in each request's args get their results."""
         import torch
 
+        from qwengpu.host import decode_kernel  # needs torch, as the model does
+
         if not requests:
             return []
         jobs = [self._prepare(r) for r in requests]
@@ -200,7 +206,8 @@ class ModelBackend:
         start = time.perf_counter()
         model = self.model
         device = model.device
-        with torch.no_grad():
+        fast = decode_kernel.installed(model) if self.fast_decode else contextlib.nullcontext()
+        with torch.no_grad(), fast:
             from transformers import DynamicCache
 
             ids = torch.tensor(rows, device=device)

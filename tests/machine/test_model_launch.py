@@ -153,6 +153,47 @@ def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
         assert mine[-1].startswith(f"{program.name}: CTA {grid}/{grid}: {warps}/{warps}")
 
 
+FAST_DECODE_BATCH = ["dot", "shfl_width2", "atomic_exch"]
+
+
+def test_the_cpu_decode_kernel_gives_transformers_states_bit_for_bit(reduced, monkeypatch):
+    """The same batch, load tokens fed one by one, decoded with transformers' torch kernel
+    and with qwengpu's (host.decode_kernel): the same tokens and every DeltaNet state of
+    the circuit layers identical to the bit."""
+    from qwengpu.host import decode_kernel
+    from qwengpu.host.model_backend import ModelBackend
+
+    backend = reduced.get("bfloat16")  # the dtype the suite test above left built
+    final: list[dict] = []
+    read = ModelBackend.recurrent_states
+    kernel, calls = decode_kernel.recurrent_gated_delta_rule, []
+
+    def keep_final_states(self, cache):
+        final.append(read(self, cache))
+        return final[-1]
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(ModelBackend, "recurrent_states", keep_final_states)
+    monkeypatch.setattr(decode_kernel, "recurrent_gated_delta_rule", counted)
+    runs, states = {}, {}
+    for fast in (False, True):
+        monkeypatch.setattr(backend, "fast_decode", fast)
+        jobs = _requests(backend.machine.spec, FAST_DECODE_BATCH)
+        runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=False)
+        states[fast] = final[-1]
+        assert bool(calls) == fast  # the decode passes ran qwengpu's kernel, or never
+        for name, job, run in zip(FAST_DECODE_BATCH, jobs, runs[fast], strict=True):
+            _verify(name, job, run, "bfloat16")
+    for reference, fast in zip(runs[False], runs[True], strict=True):
+        assert fast.generated == reference.generated
+    assert states[True].keys() == states[False].keys()
+    for layer, want in states[False].items():
+        assert np.array_equal(states[True][layer], want), f"layer {layer}"
+
+
 def _forbid_the_interpreter(patch: pytest.MonkeyPatch) -> None:
     """Make the interpreter unimportable and unusable (for the length of `patch`)."""
     import qwengpu.interp.machine as interp

@@ -1,0 +1,109 @@
+"""The CPU decode kernel: the gated delta rule for one token, updating the state in place.
+
+Each decode pass calls, in every DeltaNet layer, transformers' recurrent kernel
+`torch_recurrent_gated_delta_rule` (`fla`'s fused kernel on CUDA when installed). On the
+CPU the torch kernel is the launch's bottleneck: it builds every intermediate as a full
+(batch, heads, 128, 128) tensor, about a dozen passes over the state per layer and token.
+`recurrent_gated_delta_rule` computes the same recurrence for each token t,
+
+    S = exp(g_t) S;  delta = beta_t (v_t - k_t^T S);  S = S + k_t delta^T;  o_t = q_t^T S
+
+with the decay in place (skipped when exp(g) is exactly 1 everywhere, as in every circuit
+layer, whose heads never forget), k^T S and q^T S as batched (1 x 128) @ (128 x 128)
+products and the rank-1 update as an in-place `baddbmm_`: three or four passes over the
+state. On the machine's states (one-hot keys, exact small values, docs/circuit.md) it
+gives the reference kernel's numbers bit for bit (tests/machine/test_model_launch.py); on
+arbitrary data it differs from it by float32 rounding only (the sums run in another
+order).
+
+`installed(model)` puts it in the layers' module for the length of a `with` block (the
+same function slot transformers fills with `fla`), only for a Qwen3.5 model on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+DECODE_KERNEL_SLOT = "torch_recurrent_gated_delta_rule"
+"""The module function Qwen3_5GatedDeltaNet.forward calls for a one-token cached pass."""
+
+
+def recurrent_gated_delta_rule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    **_kernel_options: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """transformers' torch_recurrent_gated_delta_rule (same arguments, same results up to
+    float32 summation order). A float32, contiguous `initial_state` is updated in place:
+    the caller's cache holds the state it returns, as it does the reference's."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import l2norm
+
+    out_dtype = query.dtype
+    batch, steps, k_heads, k_dim = key.shape
+    v_heads, v_dim = value.shape[-2:]
+    if k_heads != v_heads:  # grouped values: each key head serves consecutive value heads
+        query = query.repeat_interleave(v_heads // k_heads, dim=2)
+        key = key.repeat_interleave(v_heads // k_heads, dim=2)
+    # [batch, heads, steps, dim] in float32, as the reference
+    query, key, value, beta, g = (
+        x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+        for x in (query, key, value, beta, g)
+    )
+    if use_qk_l2norm_in_kernel:
+        query = l2norm(query, dim=-1, eps=1e-6)
+        key = l2norm(key, dim=-1, eps=1e-6)
+    query = query / (query.shape[-1] ** 0.5)
+
+    if initial_state is None:
+        state = value.new_zeros(batch, v_heads, k_dim, v_dim)
+    else:
+        state = initial_state.to(torch.float32).contiguous()
+    cells = state.view(batch * v_heads, k_dim, v_dim)  # one (k_dim x v_dim) matrix per head
+    out = torch.empty_like(value)
+    heads = batch * v_heads
+    for t in range(steps):
+        k_t = key[:, :, t].reshape(heads, 1, k_dim)
+        decay = g[:, :, t].exp()
+        if not bool((decay == 1).all()):  # circuit heads keep their state: x * 1 == x exactly
+            cells.mul_(decay.reshape(heads, 1, 1))
+        delta = (value[:, :, t].reshape(heads, 1, v_dim) - torch.bmm(k_t, cells)) * beta[
+            :, :, t
+        ].reshape(heads, 1, 1)
+        cells.baddbmm_(k_t.transpose(1, 2), delta)  # write: S += k delta^T
+        out[:, :, t] = torch.bmm(query[:, :, t].reshape(heads, 1, k_dim), cells).view(
+            batch, v_heads, v_dim
+        )
+    core_out = out.transpose(1, 2).contiguous().to(out_dtype)
+    return core_out, state if output_final_state else None
+
+
+@contextlib.contextmanager
+def installed(model: Any) -> Iterator[bool]:
+    """Decode `model` with recurrent_gated_delta_rule inside the block, when it is a Qwen3.5
+    model on the CPU (elsewhere transformers' own choice, e.g. fla on CUDA, stays); yields
+    whether it did. Not thread-safe: the slot is a module global."""
+    import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
+
+    device = getattr(model, "device", None)
+    mine = getattr(model.config, "model_type", "").startswith("qwen3_5") and (
+        device is not None and torch.device(device).type == "cpu"
+    )
+    if not mine:
+        yield False
+        return
+    reference = getattr(qwen3_5, DECODE_KERNEL_SLOT)
+    setattr(qwen3_5, DECODE_KERNEL_SLOT, recurrent_gated_delta_rule)
+    try:
+        yield True
+    finally:
+        setattr(qwen3_5, DECODE_KERNEL_SLOT, reference)
