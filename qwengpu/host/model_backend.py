@@ -451,7 +451,7 @@ def model_backend(
     the default checkpoint in the user cache, built from `base` on first use
     (docs/model.md)."""
     if isinstance(model, str) and model in MEMORY_MODELS:
-        return default_backend(dtype, MEMORY_MODELS[model])
+        return default_backend(dtype, MEMORY_MODELS[model], device)
     if model is None:
         from qwengpu.model.defaults import ensure_checkpoint
         from qwengpu.model.machine_circuit import MachineCircuitCompiler
@@ -467,15 +467,18 @@ def model_backend(
 DEFAULT_BASE_LAYERS = 4
 DEFAULT_TEXT_ROWS = 2048
 DEFAULT_TEXT_MEAN = 1.0  # common-mean strength of the synthetic text rows (physics.md)
-_backends: dict[tuple[str, str], ModelBackend] = {}  # in-memory models, by dtype, geometry
+_backends: dict[tuple[str, str, str], ModelBackend] = {}  # in-memory: dtype, geometry, device
 _checkpoints: dict[str, ModelBackend] = {}  # the loaded checkpoint, by path, dtype, device
 
 
-def default_backend(dtype: str = "float32", geometry: str = "0.8b") -> ModelBackend:
+def default_backend(
+    dtype: str = "float32", geometry: str = "0.8b", device: str | None = None
+) -> ModelBackend:
     """The in-memory model backend: the machine compiled for a Qwen3.5 geometry ("0.8b":
     the reduced preset, "2b": the full one), followed by random base layers of that
-    geometry and a synthetic text embedding (realistic statistics), muted against it.
-    Built once per process (0.8b: about 40 s, 2b: about 2 minutes on 2 CPU cores)."""
+    geometry and a synthetic text embedding (realistic statistics), muted against it, on
+    `device` (default: pick_device's). Built once per process (0.8b: about 40 s, 2b: about
+    2 minutes on 2 CPU cores)."""
     from qwengpu.circuit import GEOMETRIES
 
     if dtype not in ("float32", "bfloat16"):
@@ -485,15 +488,16 @@ def default_backend(dtype: str = "float32", geometry: str = "0.8b") -> ModelBack
         raise ArgError(f"--model memory:{geometry}: choose memory:0.8b or memory:2b")
     import torch
 
-    if (dtype, geometry) in _backends:
-        return _backends[dtype, geometry]
+    key = (dtype, geometry, pick_device(device))
+    if key in _backends:
+        return _backends[key]
     from qwengpu.circuit.mute import synthetic_embedding
     from qwengpu.machine.model import build_launch_model, compile_machine
 
     _backends.clear()  # one in-memory model at a time: they are several GB
     print(
         f"qgpu: building the machine model in memory (Qwen3.5-{geometry} geometry, "
-        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype})...",
+        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype}, on {key[2]})...",
         file=sys.stderr,
         flush=True,
     )
@@ -505,8 +509,8 @@ def default_backend(dtype: str = "float32", geometry: str = "0.8b") -> ModelBack
     model, offset = build_launch_model(
         machine, text, base_layers=DEFAULT_BASE_LAYERS, dtype=getattr(torch, dtype)
     )
-    _backends[dtype, geometry] = ModelBackend(machine, model, offset)
-    return _backends[dtype, geometry]
+    _backends[key] = ModelBackend(machine, model.to(key[2]), offset)
+    return _backends[key]
 
 
 def _default_text(synthetic_embedding, hidden: int) -> np.ndarray:

@@ -32,3 +32,28 @@ def test_progress_off_a_terminal_is_one_line_per_report(capsys):
         "CTA 1/1: 1/2 warps done; 16 EXEC steps, 43 tokens",
         "CTA 1/1: 2/2 warps done; 27 EXEC steps, 69 tokens",
     ]
+
+
+def test_the_in_memory_model_goes_to_the_device_asked_for(monkeypatch):
+    """`--model memory --device D` builds the model, then moves it to D (each dtype,
+    geometry and device built once per process). The machine and model are stand-ins."""
+    import types
+
+    torch = pytest.importorskip("torch")
+    import qwengpu.host.model_backend as backends
+    import qwengpu.machine.model as machine_model
+
+    built = []
+
+    def build(machine, text, base_layers, dtype):
+        built.append(dtype)
+        return torch.nn.Linear(2, 2).to(dtype), 1
+
+    machine = types.SimpleNamespace(vocab=None)
+    monkeypatch.setattr(machine_model, "compile_machine", lambda *a, **k: machine)
+    monkeypatch.setattr(machine_model, "build_launch_model", build)
+    monkeypatch.setattr(backends, "_backends", {})
+    monkeypatch.setattr(backends, "_machines", {})
+    backend = default_backend("bfloat16", "0.8b", "meta")
+    assert backend.model.weight.device.type == "meta" and backend.machine is machine
+    assert default_backend("bfloat16", "0.8b", "meta") is backend and built == [torch.bfloat16]

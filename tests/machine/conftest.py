@@ -1,11 +1,13 @@
 """Shared machine fixtures: the machine compiled once per test session for a geometry (the
 reduced preset on Qwen3.5-0.8B in the default run, about 25 s; the full machine on
 Qwen3.5-2B in the slow tier, about a minute), and one in-memory model at a time (a
-2B-wide stack of 36 layers takes several GB)."""
+2B-wide stack of 36 layers takes several GB), on the CPU or on $QWENGPU_TEST_DEVICE
+(scripts/gpu_model_suite.sh runs the launch tests on a GPU)."""
 
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from qwengpu.circuit import QWEN35_0_8B, QWEN35_2B
 from qwengpu.circuit.mute import synthetic_embedding
 
 TEXT_ROWS = 2048
+DEVICE = os.environ.get("QWENGPU_TEST_DEVICE", "cpu")
 
 
 def _text(hidden: int) -> np.ndarray:
@@ -40,6 +43,10 @@ class Backends:
     def spec(self):
         return self.machine.spec
 
+    @property
+    def device(self) -> str:
+        return DEVICE
+
     def get(self, dtype_name: str):
         import torch
 
@@ -59,7 +66,7 @@ class Backends:
                 dtype=getattr(torch, dtype_name),
                 final_norm_weight=norm,
             )
-            self.backend = ModelBackend(self.machine, model, offset)
+            self.backend = ModelBackend(self.machine, model.to(DEVICE), offset)
             self.dtype = dtype_name
         return self.backend
 
