@@ -22,14 +22,19 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADS, HEAD_DIM = 16, 128  # a Qwen3.5 DeltaNet layer (0.8B and 2B alike)
 
 
-def layer_inputs(batch: int, seed: int = 0) -> tuple:
-    """One decode step's kernel inputs: q, k, v, g, beta and a float32 state."""
+def layer_inputs(batch: int, circuit: bool, seed: int = 0) -> tuple:
+    """One decode step's kernel inputs: q, k, v, g, beta and a float32 state. `circuit`: as
+    in a circuit layer, no decay (g = 0) and one head of each sequence writing (beta 0 in
+    the others); else random, every head decaying and writing."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(batch, 1, HEADS, HEAD_DIM, generator=gen) for _ in range(3))
     g = -torch.rand(batch, 1, HEADS, generator=gen)
     beta = torch.rand(batch, 1, HEADS, generator=gen)
+    if circuit:
+        g.zero_()
+        beta[..., 1:] = 0
     state = torch.randn(batch, HEADS, HEAD_DIM, HEAD_DIM, generator=gen)
     return q, k, v, g, beta, state
 
@@ -72,14 +77,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_grad_enabled(False)
 
-    inputs = layer_inputs(args.batch)
     reference = qwen3_5.torch_recurrent_gated_delta_rule
-    ref_s = time_kernel(reference, tuple(x.clone() for x in inputs), args.repeat)
-    mine_s = time_kernel(recurrent_gated_delta_rule, tuple(x.clone() for x in inputs), args.repeat)
-    print(
-        f"one layer, batch {args.batch}: transformers {ref_s * 1e3:.2f} ms (baseline), "
-        f"qwengpu {mine_s * 1e3:.2f} ms: {ref_s / mine_s:.2f}x"
-    )
+    for circuit, what in ((False, "every head writing"), (True, "a circuit layer")):
+        inputs = layer_inputs(args.batch, circuit)
+        ref_s = time_kernel(reference, tuple(x.clone() for x in inputs), args.repeat)
+        mine_s = time_kernel(
+            recurrent_gated_delta_rule, tuple(x.clone() for x in inputs), args.repeat
+        )
+        print(
+            f"one layer ({what}), batch {args.batch}: transformers {ref_s * 1e3:.2f} ms "
+            f"(baseline), qwengpu {mine_s * 1e3:.2f} ms: {ref_s / mine_s:.2f}x"
+        )
 
     backend = default_backend(args.dtype, "0.8b")
     program = api.compile((ROOT / "examples" / "dot.cu").read_text(), spec=backend.machine.spec)

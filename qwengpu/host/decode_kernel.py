@@ -2,8 +2,9 @@
 
 Each decode pass calls, in every DeltaNet layer, transformers' recurrent kernel
 `torch_recurrent_gated_delta_rule` (`fla`'s fused kernel on CUDA when installed). On the
-CPU the torch kernel is the launch's bottleneck: it builds every intermediate as a full
-(batch, heads, 128, 128) tensor, about a dozen passes over the state per layer and token.
+CPU the torch kernel is a large part of a decode pass: it builds every intermediate as a
+full (batch, heads, 128, 128) tensor, about a dozen passes over the state per layer and
+token.
 `recurrent_gated_delta_rule` computes the same recurrence for each token t,
 
     S = exp(g_t) S;  delta = beta_t (v_t - k_t^T S);  S = S + k_t delta^T;  o_t = q_t^T S
@@ -11,10 +12,12 @@ CPU the torch kernel is the launch's bottleneck: it builds every intermediate as
 with the decay in place (skipped when exp(g) is exactly 1 everywhere, as in every circuit
 layer, whose heads never forget), k^T S and q^T S as batched (1 x 128) @ (128 x 128)
 products and the rank-1 update as an in-place `baddbmm_`: three or four passes over the
-state. On the machine's states (one-hot keys, exact small values, docs/circuit.md) it
-gives the reference kernel's numbers bit for bit (tests/machine/test_model_launch.py); on
-arbitrary data it differs from it by float32 rounding only (the sums run in another
-order).
+state. Heads whose beta is exactly 0 write nothing (delta = 0), so only the others are
+updated: in the circuit's layers that is the few memories a token writes, and the rest
+cost one pass (the read q^T S). On the machine's states (one-hot keys, exact small values,
+docs/circuit.md) it gives the reference kernel's numbers bit for bit
+(tests/machine/test_model_launch.py); on arbitrary data it differs from it by float32
+rounding only (the sums run in another order).
 
 `installed(model)` puts it in the layers' module for the length of a `with` block (the
 same function slot transformers fills with `fla`), only for a Qwen3.5 model on the CPU.
@@ -73,18 +76,30 @@ def recurrent_gated_delta_rule(
     heads = batch * v_heads
     for t in range(steps):
         k_t = key[:, :, t].reshape(heads, 1, k_dim)
+        v_t = value[:, :, t].reshape(heads, 1, v_dim)
         decay = g[:, :, t].exp()
         if not bool((decay == 1).all()):  # circuit heads keep their state: x * 1 == x exactly
             cells.mul_(decay.reshape(heads, 1, 1))
-        delta = (value[:, :, t].reshape(heads, 1, v_dim) - torch.bmm(k_t, cells)) * beta[
-            :, :, t
-        ].reshape(heads, 1, 1)
-        cells.baddbmm_(k_t.transpose(1, 2), delta)  # write: S += k delta^T
+        beta_t = beta[:, :, t].reshape(heads, 1, 1)
+        writing = beta_t.view(heads) != 0  # beta 0: delta is 0, the state stays as it is
+        if bool(writing.all()):
+            _delta_write(cells, k_t, v_t, beta_t)
+        elif bool(writing.any()):  # the circuit's muted heads write nothing: skip them
+            rows = writing.nonzero().squeeze(1)
+            written = cells.index_select(0, rows)
+            _delta_write(written, k_t[rows], v_t[rows], beta_t[rows])
+            cells.index_copy_(0, rows, written)
         out[:, :, t] = torch.bmm(query[:, :, t].reshape(heads, 1, k_dim), cells).view(
             batch, v_heads, v_dim
         )
     core_out = out.transpose(1, 2).contiguous().to(out_dtype)
     return core_out, state if output_final_state else None
+
+
+def _delta_write(cells: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> None:
+    """The delta rule's write, in place: S += k (beta (v - k^T S))^T for each head's S."""
+    delta = (v - torch.bmm(k, cells)) * beta
+    cells.baddbmm_(k.transpose(1, 2), delta)
 
 
 @contextlib.contextmanager

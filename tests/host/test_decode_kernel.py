@@ -60,6 +60,24 @@ def test_heads_that_keep_their_state(held):
     assert torch.allclose(got_state, want_state, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("writing", [[], [0, 5], list(range(12))])
+def test_heads_with_beta_zero_write_nothing(writing):
+    """Only the heads whose beta is not 0 are updated (the circuit's memories written on a
+    token); the others keep their state bit for bit, and every head is read."""
+    q, k, v, g, beta, state = _inputs(steps=2)
+    g = torch.zeros_like(g)
+    beta = torch.zeros_like(beta)
+    heads = beta.shape[-1]
+    for flat in writing:
+        beta[flat // heads, :, flat % heads] = 0.5 + flat / 32
+    want_out, want_state = REFERENCE(q, k, v, g, beta, state.clone(), True, True)
+    got_out, got_state = recurrent_gated_delta_rule(q, k, v, g, beta, state.clone(), True, True)
+    assert torch.allclose(got_out, want_out, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(got_state, want_state, atol=1e-5, rtol=1e-5)
+    kept = beta[:, 0] == 0
+    assert torch.equal(got_state[kept], state[kept])
+
+
 def test_no_initial_state_and_no_final_state():
     q, k, v, g, beta, _ = _inputs(steps=2)
     want_out, _ = REFERENCE(q, k, v, g, beta, None, False, False)

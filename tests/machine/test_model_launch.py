@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from qwengpu import api
+from qwengpu.errors import LaunchError, TrapError
 from qwengpu.host.check import CheckFailed, check_launch
 from qwengpu.host.model_backend import LaunchRequest
 
@@ -123,11 +124,21 @@ def _verify(name: str, job: tuple[LaunchRequest, list, list], run, dtype: str) -
                 assert np.array_equal(got, np.asarray(answer).astype(got.dtype)), name
 
 
-def _run_and_verify(backend, names: list[str], dtype: str, prefill: bool) -> None:
+def _run_and_verify(backend, names: list[str], dtype: str, prefill: bool) -> list[str]:
+    """Launch `names` as one batch and verify each; the failures, one line per kernel (a
+    batch that fails as a whole, a runaway or a trap, in one line)."""
     jobs = _requests(backend.machine.spec, names)
-    runs = backend.launch_many([j[0] for j in jobs], prefill=prefill)
+    try:
+        runs = backend.launch_many([j[0] for j in jobs], prefill=prefill)
+    except (LaunchError, TrapError) as e:
+        return [f"batch {names}: {e}"]
+    failed = []
     for name, job, run in zip(names, jobs, runs, strict=True):
-        _verify(name, job, run, dtype)
+        try:
+            _verify(name, job, run, dtype)
+        except (AssertionError, CheckFailed) as e:
+            failed.append(f"{name} ({dtype}): {e}")
+    return failed
 
 
 @pytest.mark.parametrize("dtype", list(DEFAULT_BATCHES))
@@ -153,7 +164,7 @@ def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
         assert mine[-1].startswith(f"{program.name}: CTA {grid}/{grid}: {warps}/{warps}")
 
 
-FAST_DECODE_BATCH = ["dot", "shfl_width2", "atomic_exch"]
+FAST_DECODE_BATCH = ["dot", "cas_own", "vote_small"]  # atomics, votes, a loop: short launches
 
 
 def test_the_cpu_decode_kernel_gives_transformers_states_bit_for_bit(reduced, monkeypatch):
@@ -239,8 +250,12 @@ def _batches(names: list[str], size: int = 16) -> list[list[str]]:
 def test_every_fitting_suite_kernel(reduced, dtype, prefill):
     names = _fitting_cases(reduced.spec)
     assert len(names) == len(suite.CASES)  # every suite kernel fits the machine
-    for batch in _batches(names):
-        _run_and_verify(reduced.get(dtype), batch, dtype, prefill)
+    failed = [
+        f
+        for batch in _batches(names)
+        for f in _run_and_verify(reduced.get(dtype), batch, dtype, prefill)
+    ]
+    assert not failed, "\n".join(failed)
 
 
 @pytest.mark.slow
@@ -249,8 +264,11 @@ def test_the_full_machine_on_the_2b_geometry(full, dtype):
     backend = full.get(dtype)
     _dot(backend, dtype, prefill=dtype == "float32")
     names = _fitting_cases(full.spec)[:FULL_MIN_CASES]
-    for batch in _batches(names):
-        _run_and_verify(backend, batch, dtype, prefill=dtype == "float32")
+    prefill = dtype == "float32"
+    failed = [
+        f for batch in _batches(names) for f in _run_and_verify(backend, batch, dtype, prefill)
+    ]
+    assert not failed, "\n".join(failed)
 
 
 def _dot_run_to_corrupt(reduced, program):
