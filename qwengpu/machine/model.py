@@ -220,6 +220,10 @@ def build_launch_model(
     n_text = int(text_embedding.shape[0])
     vocab = n_text + len(machine.vocab)
     config = g.text_config(types, vocab_size=vocab)
+    # SDPA, as from_pretrained picks for a checkpoint: its grouped-query path reads the
+    # shared KV heads in place, where eager attention copies them for every query head at
+    # every pass (a batch of 4 at 2,500 tokens: 221 ms against 344 ms per pass, measured)
+    config._attn_implementation = "sdpa"
     from transformers.initialization import no_init_weights
 
     with no_init_weights():  # the circuit layers are loaded below; skip their random init
