@@ -4,8 +4,7 @@ Each decode pass calls, in every DeltaNet layer, transformers' recurrent kernel
 `torch_recurrent_gated_delta_rule` (`fla`'s fused kernel on CUDA when installed). On the
 CPU the torch kernel is a large part of a decode pass: it builds every intermediate as a
 full (batch, heads, 128, 128) tensor, about a dozen passes over the state per layer and
-token.
-`recurrent_gated_delta_rule` computes the same recurrence for each token t,
+token. `recurrent_gated_delta_rule` computes the same recurrence for each token t,
 
     S = exp(g_t) S;  delta = beta_t (v_t - k_t^T S);  S = S + k_t delta^T;  o_t = q_t^T S
 

@@ -488,7 +488,8 @@ def default_backend(
         raise ArgError(f"--model memory:{geometry}: choose memory:0.8b or memory:2b")
     import torch
 
-    key = (dtype, geometry, pick_device(device))
+    device = pick_device(device)
+    key = (dtype, geometry, device)
     if key in _backends:
         return _backends[key]
     from qwengpu.circuit.mute import synthetic_embedding
@@ -497,7 +498,7 @@ def default_backend(
     _backends.clear()  # one in-memory model at a time: they are several GB
     print(
         f"qgpu: building the machine model in memory (Qwen3.5-{geometry} geometry, "
-        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype}, on {key[2]})...",
+        f"{DEFAULT_BASE_LAYERS} synthetic base layers, {dtype}, on {device})...",
         file=sys.stderr,
         flush=True,
     )
@@ -509,7 +510,7 @@ def default_backend(
     model, offset = build_launch_model(
         machine, text, base_layers=DEFAULT_BASE_LAYERS, dtype=getattr(torch, dtype)
     )
-    _backends[key] = ModelBackend(machine, model.to(key[2]), offset)
+    _backends[key] = ModelBackend(machine, model.to(device), offset)
     return _backends[key]
 
 
