@@ -1,13 +1,14 @@
-"""The CPU decode kernel (qwengpu.host.decode_kernel) against transformers' torch kernel,
-both run in this process: first the kernel alone on one layer's inputs, then whole
-launches written by the model token by token.
+"""qwengpu's CPU decode path against transformers' modules and torch kernel, all run in
+this process: first the delta-rule kernel (qwengpu.host.decode_kernel) alone on one
+layer's inputs, then whole launches written by the model token by token, with the kernel
+alone and with the kernel and the layers' live parts (qwengpu.host.live_decode).
 
     uv run python benchmarks/decode_kernel.py [--dtype bfloat16] [--batch 16] [--repeat 20]
 
 The launches run on the in-memory reduced machine (Qwen3.5-0.8B geometry, 4 base layers;
 about 40 s to build on 2 CPU cores): `--batch` copies of the dot product as one batch,
-once per kernel. The ratios are the reference's time over the qwengpu kernel's; the
-tokens the model writes must be the same under both.
+once per configuration. The ratios are transformers' time over qwengpu's; the tokens
+the model writes must be the same under all.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def main() -> None:
 
     from qwengpu import api
     from qwengpu.host.decode_kernel import recurrent_gated_delta_rule
+    from qwengpu.host.live_decode import LiveParts
     from qwengpu.host.model_backend import default_backend
 
     parser = argparse.ArgumentParser(description=__doc__)
@@ -91,23 +93,31 @@ def main() -> None:
 
     backend = default_backend(args.dtype, "0.8b")
     program = api.compile((ROOT / "examples" / "dot.cu").read_text(), spec=backend.machine.spec)
+    configurations = {
+        "transformers": (False, None),
+        "qwengpu kernel": (True, LiveParts({})),
+        "qwengpu kernel + live parts": (True, None),
+    }
     per_pass, written = {}, {}
-    for fast in (False, True):
-        backend.fast_decode = fast
+    for name, (fast, live) in configurations.items():
+        backend.fast_decode, backend.live_parts = fast, live
         requests = [dot_request(program) for _ in range(args.batch)]
         runs = backend.launch_many(requests, prefill=False)
         assert all(int(r.args[2][0]) == 32 for r in requests), "the dot product is not 32"
         passes = runs[0].prompt_tokens + len(runs[0].generated) - 1  # the last is not fed
-        per_pass[fast] = runs[0].seconds / passes
-        written[fast] = [r.generated for r in runs]
-    assert written[True] == written[False], "the kernels made the model write other tokens"
-    ratio = per_pass[False] / per_pass[True]
+        per_pass[name] = runs[0].seconds / passes
+        written[name] = [r.generated for r in runs]
+        assert written[name] == written["transformers"], f"{name}: the model wrote other tokens"
+    baseline = per_pass["transformers"]
     print(
         f"launches, {args.dtype}, batch {args.batch}, token by token: transformers "
-        f"{per_pass[False] * 1e3:.0f} ms per pass (baseline), qwengpu "
-        f"{per_pass[True] * 1e3:.0f} ms: {ratio:.2f}x; "
-        f"{per_pass[True] / args.batch * 1e3:.1f} ms per launch-token"
+        f"{baseline * 1e3:.0f} ms per pass (baseline)"
     )
+    for name, seconds in list(per_pass.items())[1:]:
+        print(
+            f"  {name}: {seconds * 1e3:.0f} ms per pass, {baseline / seconds:.2f}x; "
+            f"{seconds / args.batch * 1e3:.1f} ms per launch-token"
+        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,8 +152,12 @@ class ModelBackend:
         self.offset = token_offset
         self.vocab = machine.vocab
         self.fast_decode = True
-        """Decode on the CPU with qwengpu's in-place delta-rule kernel (host.decode_kernel);
-        False keeps transformers' torch kernel."""
+        """Decode on the CPU with qwengpu's in-place delta-rule kernel (host.decode_kernel)
+        over each layer's live part only (host.live_decode); False keeps transformers'
+        modules and torch kernel."""
+        self.live_parts: Any = None
+        """Each layer's live part (host.live_decode.LiveParts), found from the weights on
+        the first CPU launch; LiveParts({}) runs every module's own forward."""
 
     def ids(self, tokens: Sequence[Token]) -> list[int]:
         return [self.offset + self.vocab.index[t] for t in tokens]
@@ -194,8 +198,6 @@ class ModelBackend:
         token until the last one ends. Arrays in each request's args get their results."""
         import torch
 
-        from qwengpu.host import decode_kernel  # needs torch, as the model does
-
         if not requests:
             return []
         jobs = [self._prepare(r) for r in requests]
@@ -206,7 +208,7 @@ class ModelBackend:
         start = time.perf_counter()
         model = self.model
         device = model.device
-        fast = decode_kernel.installed(model) if self.fast_decode else contextlib.nullcontext()
+        fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext()
         with torch.no_grad(), fast:
             from transformers import DynamicCache
 
@@ -254,6 +256,21 @@ class ModelBackend:
                 )
             )
         return launches
+
+    @contextlib.contextmanager
+    def _cpu_decode(self) -> Iterator[None]:
+        """qwengpu's decode kernel and the layers' live-part forwards, on the CPU only."""
+        from qwengpu.host import decode_kernel  # needs torch, as the model does
+        from qwengpu.host.live_decode import LiveParts
+
+        with decode_kernel.installed(self.model) as on_cpu:
+            if not on_cpu:
+                yield
+                return
+            if self.live_parts is None:  # found once: the weights do not change
+                self.live_parts = LiveParts.of(self.model)
+            with self.live_parts.installed():
+                yield
 
     def _trap_message(self, job: _Job, states: dict[int, np.ndarray], batch: int) -> str:
         """The interpreter's words for the address trap the model ended a launch with: the

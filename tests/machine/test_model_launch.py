@@ -168,19 +168,21 @@ def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
 FAST_DECODE_BATCH = ["dot", "cas_own", "vote_small"]  # atomics, votes, a loop: short launches
 
 
-def test_the_cpu_decode_kernel_gives_transformers_states_bit_for_bit(reduced, monkeypatch):
-    """The same batch, load tokens fed one by one, decoded with transformers' torch kernel
-    and with qwengpu's (host.decode_kernel): the same tokens and every DeltaNet state of
-    the circuit layers identical to the bit."""
-    from qwengpu.host import decode_kernel
+def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(reduced, monkeypatch):
+    """The same batch, load tokens fed one by one, decoded with transformers' modules and
+    torch kernel, and with qwengpu's CPU path (host.decode_kernel and the layers' live
+    parts, host.live_decode): the same tokens and every DeltaNet state of the circuit
+    layers identical to the bit."""
+    from qwengpu.host import decode_kernel, live_decode
     from qwengpu.host.model_backend import ModelBackend
 
     if reduced.device != "cpu":
-        pytest.skip("the CPU decode kernel runs on the CPU only")
+        pytest.skip("the CPU decode path runs on the CPU only")
     backend = reduced.get("bfloat16")  # the dtype the suite test above left built
     final: list[dict] = []
     read = ModelBackend.recurrent_states
     kernel, calls = decode_kernel.recurrent_gated_delta_rule, []
+    live_forward, live_calls = live_decode.LiveDeltaNet.forward, []
 
     def keep_final_states(self, cache):
         final.append(read(self, cache))
@@ -190,17 +192,27 @@ def test_the_cpu_decode_kernel_gives_transformers_states_bit_for_bit(reduced, mo
         calls.append(1)
         return kernel(*args, **kwargs)
 
+    def live_counted(self, *args, **kwargs):
+        live_calls.append(self.module.layer_idx)
+        return live_forward(self, *args, **kwargs)
+
     monkeypatch.setattr(ModelBackend, "recurrent_states", keep_final_states)
     monkeypatch.setattr(decode_kernel, "recurrent_gated_delta_rule", counted)
+    monkeypatch.setattr(live_decode.LiveDeltaNet, "forward", live_counted)
     runs, states = {}, {}
     for fast in (False, True):
         monkeypatch.setattr(backend, "fast_decode", fast)
+        monkeypatch.setattr(backend, "live_parts", None)  # found again under the patch
         jobs = _requests(backend.machine.spec, FAST_DECODE_BATCH)
         runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=False)
         states[fast] = final[-1]
         assert bool(calls) == fast  # the decode passes ran qwengpu's kernel, or never
+        assert bool(live_calls) == fast  # and the DeltaNet layers' live parts
         for name, job, run in zip(FAST_DECODE_BATCH, jobs, runs[fast], strict=True):
             _verify(name, job, run, "bfloat16")
+    # circuit layers with idle heads only: the base layers' heads are all live
+    circuit = reduced.machine.layer_types
+    assert set(live_calls) <= {i for i, kind in enumerate(circuit) if kind == "linear_attention"}
     for reference, fast in zip(runs[False], runs[True], strict=True):
         assert fast.generated == reference.generated
     assert states[True].keys() == states[False].keys()

@@ -1,0 +1,111 @@
+"""Live-part decode forwards (host.live_decode) on a small random Qwen3.5 whose layers have
+zero neurons, heads and an all-zero attention layer, as the circuit's layers do: the same
+logits and states as transformers' modules on every decode pass, float32 rounding apart.
+Their bit-for-bit equality on the machine's launches is in tests/machine."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+
+from qwengpu.circuit.geometry import TINY  # noqa: E402
+from qwengpu.host.live_decode import LiveDeltaNet, LiveMlp, LiveParts, SilentAttention  # noqa: E402
+
+LAYERS = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+
+
+def _model(k_heads: int = 4, seed: int = 0):
+    """Layer 0: a third of its neurons dead (zero gate rows, up rows or down columns);
+    layer 1: the odd key heads zero; layer 2: every key head zero, MLP zero; layer 3: an
+    all-zero attention. The last layer's MLP stays dense."""
+    from transformers import Qwen3_5ForCausalLM
+
+    torch.manual_seed(seed)
+    geometry = TINY.with_layers(linear_key_heads=k_heads)
+    model = Qwen3_5ForCausalLM(geometry.text_config(LAYERS, vocab_size=64)).eval()
+    layers = model.model.layers
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.05)
+        mlp = layers[0].mlp
+        mlp.gate_proj.weight[0:100] = 0
+        mlp.up_proj.weight[100:200] = 0
+        mlp.down_proj.weight[:, 200:300] = 0
+        odd_heads, every_head = slice(1, None, 2), slice(None)
+        for attn, dead in ((layers[1].linear_attn, odd_heads), (layers[2].linear_attn, every_head)):
+            keys = attn.in_proj_qkv.weight[attn.key_dim : 2 * attn.key_dim]
+            keys.view(attn.num_k_heads, attn.head_k_dim, -1)[dead] = 0
+        for p in layers[2].mlp.parameters():
+            p.zero_()
+        for p in layers[3].self_attn.parameters():
+            if p.dim() == 2:
+                p.zero_()
+    return model
+
+
+def _decode(model, live: LiveParts | None, steps: int = 6):
+    """Prefill 5 tokens of 3 sequences, then `steps` greedy decode passes; every pass's
+    logits and the final DeltaNet states."""
+    from transformers import DynamicCache
+
+    ids = torch.tensor([[3, 9, 27, 17, 5], [1, 2, 3, 4, 5], [60, 7, 7, 7, 40]])
+    cache = DynamicCache(config=model.config)
+    logits = []
+    with torch.no_grad():
+        out = model(input_ids=ids, cache=cache, use_cache=True)
+        logits.append(out.logits[:, -1])
+        for _ in range(steps):
+            step = out.logits[:, -1:].argmax(-1)
+            if live is None:
+                out = model(input_ids=step, cache=cache, use_cache=True)
+            else:
+                with live.installed():
+                    out = model(input_ids=step, cache=cache, use_cache=True)
+            logits.append(out.logits[:, -1])
+    states = [cache.get_recurrent_state(i) for i in range(3)]
+    return torch.stack(logits), states, cache
+
+
+@pytest.mark.parametrize("k_heads", [4, 2], ids=["one key head per value head", "grouped"])
+def test_same_logits_and_states_as_the_modules(k_heads):
+    model = _model(k_heads)
+    live = LiveParts.of(model)
+    want, want_states, want_cache = _decode(model, None)
+    got, got_states, got_cache = _decode(model, live)
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+    for got_state, want_state in zip(got_states, want_states, strict=True):
+        assert torch.allclose(got_state, want_state, atol=1e-5, rtol=1e-5)
+    assert torch.count_nonzero(got_states[2]) == 0  # no live head: nothing ever written
+    assert got_cache.get_seq_length() == want_cache.get_seq_length() == 5 + 6
+
+
+def test_live_parts_are_what_the_weights_leave():
+    model = _model()
+    layers = model.model.layers
+    live = LiveParts.of(model)
+    mlp = LiveMlp.of(layers[0].mlp)
+    assert mlp.gate.shape[0] == TINY.intermediate - 300
+    assert LiveMlp.of(layers[2].mlp).gate.shape[0] == 0
+    assert LiveMlp.of(layers[3].mlp) is None  # dense: the module's own forward
+    heads = LiveDeltaNet.of(layers[1].linear_attn).heads.tolist()
+    assert heads == [0, 2]
+    assert LiveDeltaNet.of(layers[2].linear_attn).heads.tolist() == []
+    assert LiveDeltaNet.of(layers[0].linear_attn) is None
+    assert SilentAttention.of(layers[3].self_attn) is not None
+    assert set(live.forwards) == {
+        layers[0].mlp, layers[1].linear_attn, layers[2].mlp, layers[2].linear_attn,
+        layers[3].self_attn,
+    }  # fmt: skip
+
+
+def test_installed_only_inside_the_block():
+    model = _model()
+    live = LiveParts.of(model)
+    module = model.model.layers[1].linear_attn
+    with pytest.raises(RuntimeError), live.installed():
+        assert module.forward == live.forwards[module]
+        raise RuntimeError("a failed launch")
+    assert "forward" not in module.__dict__  # the class's forward again
