@@ -39,9 +39,9 @@ DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 # short kernels per dtype: loops, divergence, atomics (cas, inc/dec), stores (guarded,
 # st.8/st.16), bit ops, predicates, %laneid, constant memory, a barrier, votes, shuffles,
 # a 3-D launch. Address traps have their own launches below.
-# On 2 CPU cores a forward pass of the reduced machine on 0.8B costs per launch about 26 ms
-# (bf16) / 37 ms (fp32) in a batch of 16 (docs/protocol.md, "Batches"), so the whole suite
-# (about 27,000 EXEC steps, 86,000 tokens, an hour or more per dtype) runs in the slow tier,
+# On 2 CPU cores a forward pass of the reduced machine on 0.8B costs per launch about 9 ms
+# (bf16) / 15 ms (fp32) in a batch of 16 (docs/protocol.md, "Batches"), so the whole suite
+# (about 27,000 EXEC steps, 86,000 tokens, 95 min in fp32 with prefill) runs in the slow tier,
 # in batches of 16 (batches of 32 cost as much: the longest kernel of a batch sets its
 # length, and a float32 pass of 32 launches takes 1.4 times one of 16).
 DEFAULT_BATCHES = {
