@@ -12,9 +12,10 @@ modules, for the length of a `with` block, forwards over that part only:
   path unchanged): a head whose key rows are all zero never writes its state (the delta
   rule writes k delta^T) and reads 0 from it (the state starts at 0), so its output is 0;
   only the other heads are projected, convolved, updated and read.
-- Full attention with all-zero q, k, v and o projections (every pass): the output is 0;
-  the layer's cache still grows by one zero key and value per token, as transformers'
-  would (the cache's length gives the positions).
+- Full attention with all-zero k, v and o projections (every pass): the output is 0
+  whatever the queries (the circuit's q_proj holds only its muted output gate); the
+  layer's cache still grows by one zero key and value per token, as transformers' would
+  (the cache's length gives the positions).
 
 The skipped terms are exact zeros, so each output is the same sum without them; the sums
 of the live terms may run in another order than the full matrix products'. On the
@@ -167,14 +168,16 @@ class LiveDeltaNet:
 
 @dataclass
 class SilentAttention:
-    """A full-attention layer whose q, k, v and o projections are all zero."""
+    """A full-attention layer whose k, v and o projections are all zero: it caches zero keys
+    and values (k_norm and RoPE keep 0 at 0) and outputs o_proj(...) = 0. Its q_proj may
+    hold anything finite (the circuit's holds the muted output gate)."""
 
     module: Any
 
     @classmethod
     def of(cls, attn: Any) -> SilentAttention | None:
-        weights = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
-        if any(bool(p.weight.ne(0).any()) or p.bias is not None for p in weights):
+        silent = (attn.k_proj, attn.v_proj, attn.o_proj)
+        if any(bool(p.weight.ne(0).any()) or p.bias is not None for p in silent):
             return None
         return cls(attn)
 

@@ -1,5 +1,5 @@
 """Live-part decode forwards (host.live_decode) on a small random Qwen3.5 whose layers have
-zero neurons, heads and an all-zero attention layer, as the circuit's layers do: the same
+zero neurons, heads and a silent attention layer, as the circuit's layers do: the same
 logits and states as transformers' modules on every decode pass, float32 rounding apart.
 Their bit-for-bit equality on the machine's launches is in tests/machine."""
 
@@ -19,7 +19,8 @@ LAYERS = ["linear_attention", "linear_attention", "linear_attention", "full_atte
 def _model(k_heads: int = 4, seed: int = 0):
     """Layer 0: a third of its neurons dead (zero gate rows, up rows or down columns);
     layer 1: the odd key heads zero; layer 2: every key head zero, MLP zero; layer 3: an
-    all-zero attention. The last layer's MLP stays dense."""
+    attention with zero keys, values and output (its queries random, as the circuit's
+    q_proj holds its muted output gate). The last layer's MLP stays dense."""
     from transformers import Qwen3_5ForCausalLM
 
     torch.manual_seed(seed)
@@ -40,9 +41,9 @@ def _model(k_heads: int = 4, seed: int = 0):
             keys.view(attn.num_k_heads, attn.head_k_dim, -1)[dead] = 0
         for p in layers[2].mlp.parameters():
             p.zero_()
-        for p in layers[3].self_attn.parameters():
-            if p.dim() == 2:
-                p.zero_()
+        attn = layers[3].self_attn
+        for proj in (attn.k_proj, attn.v_proj, attn.o_proj):  # q stays: as the circuit's
+            proj.weight.zero_()
     return model
 
 
@@ -95,6 +96,9 @@ def test_live_parts_are_what_the_weights_leave():
     assert LiveDeltaNet.of(layers[2].linear_attn).heads.tolist() == []
     assert LiveDeltaNet.of(layers[0].linear_attn) is None
     assert SilentAttention.of(layers[3].self_attn) is not None
+    with torch.no_grad():
+        layers[3].self_attn.v_proj.weight[0, 0] = 1.0
+    assert SilentAttention.of(layers[3].self_attn) is None  # one value weight: it speaks
     assert set(live.forwards) == {
         layers[0].mlp, layers[1].linear_attn, layers[2].mlp, layers[2].linear_attn,
         layers[3].self_attn,

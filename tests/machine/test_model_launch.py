@@ -213,6 +213,8 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(re
     # circuit layers with idle heads only: the base layers' heads are all live
     circuit = reduced.machine.layer_types
     assert set(live_calls) <= {i for i, kind in enumerate(circuit) if kind == "linear_attention"}
+    silent = {m.layer_idx for m in backend.live_parts.forwards if hasattr(m, "o_proj")}
+    assert silent == {i for i, kind in enumerate(circuit) if kind == "full_attention"}
     for reference, fast in zip(runs[False], runs[True], strict=True):
         assert fast.generated == reference.generated
     assert states[True].keys() == states[False].keys()
