@@ -15,7 +15,7 @@ modules, for the length of a `with` block, forwards over that part only:
 - Full attention with all-zero k, v and o projections (every pass): the output is 0
   whatever the queries (the circuit's q_proj holds only its muted output gate); the
   layer's cache still grows by one zero key and value per token, as transformers' would
-  (the cache's length gives the positions).
+  (the cache's length gives the positions), held as one broadcast zero row, not copied.
 
 The skipped terms are exact zeros, so each output is the same sum without them; the sums
 of the live terms may run in another order than the full matrix products'. On the
@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
+from transformers.cache_utils import DynamicLayer
 
 
 def _nonzero_rows(weight: torch.Tensor) -> torch.Tensor:
@@ -99,19 +101,18 @@ class LiveDeltaNet:
         k_channels = (key_heads[:, None] * dk + torch.arange(dk)).flatten()
         v_channels = (heads[:, None] * dv + torch.arange(dv)).flatten()
         channels = torch.cat([k_channels, attn.key_dim + k_channels, 2 * attn.key_dim + v_channels])
-        v_rows = v_channels
         return cls(
             module=attn,
             heads=heads,
             channels=channels,
             qkv=weight[channels],
             conv=attn.conv1d.weight.squeeze(1)[channels],
-            z=attn.in_proj_z.weight[v_rows],
+            z=attn.in_proj_z.weight[v_channels],
             b=attn.in_proj_b.weight[heads],
             a=attn.in_proj_a.weight[heads],
             A_log=attn.A_log[heads],
             dt_bias=attn.dt_bias[heads],
-            out=attn.out_proj.weight[:, v_rows].contiguous(),
+            out=attn.out_proj.weight[:, v_channels].contiguous(),
             split=(len(k_channels), len(k_channels), len(v_channels)),
         )
 
@@ -122,8 +123,6 @@ class LiveDeltaNet:
         attention_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
-        import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
-
         attn = self.module
         index = attn.layer_idx
         decode = (
@@ -194,7 +193,14 @@ class SilentAttention:
         if cache is not None:  # k_norm(0) and v are 0: the keys and values it would cache
             heads = attn.config.num_key_value_heads
             zero = hidden_states.new_zeros(batch, heads, steps, attn.head_dim)
-            cache.update(zero, zero, attn.layer_idx, kwargs=kwargs)
+            layer = cache.layers[attn.layer_idx]
+            if type(layer) is DynamicLayer and layer.is_initialized:
+                # the same zeros as cat(keys, zero) holds, as one broadcast row: no copy of
+                # the cache per token, whose cost would grow with its length
+                length = layer.get_seq_length() + steps
+                layer.keys = layer.values = zero[:, :, :1].expand(-1, -1, length, -1)
+            else:
+                cache.update(zero, zero, attn.layer_idx, kwargs=kwargs)
         return hidden_states.new_zeros(batch, steps, width), None
 
 

@@ -194,8 +194,9 @@ class ModelBackend:
         """Run independent launches as one batch (one sequence each, like CUDA streams):
         every forward pass advances all of them, so the weights are read once per step for
         the whole batch. Shorter prompts are left-padded with a text token, which the
-        circuit ignores (muted: it writes no state), and a finished launch is fed that
-        token until the last one ends. Arrays in each request's args get their results."""
+        circuit ignores (muted: it writes no state). A launch that ends has its states read
+        and its row dropped from the cache, so the passes after it are the smaller batch's.
+        Arrays in each request's args get their results."""
         import torch
 
         if not requests:
@@ -205,6 +206,7 @@ class ModelBackend:
         end_id = self.ids([token("END")])[0]
         width = max(len(j.prompt) for j in jobs)
         rows = [[PAD_TEXT_TOKEN] * (width - len(j.prompt)) + self.ids(j.prompt) for j in jobs]
+        final: dict[int, dict[int, np.ndarray]] = {}  # job -> its states when it ended
         start = time.perf_counter()
         model = self.model
         device = model.device
@@ -219,29 +221,37 @@ class ModelBackend:
             else:
                 for t in range(ids.shape[1]):
                     out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-            # greedy decoding, one token per forward with the cache (the recurrent path)
+            # greedy decoding, one token per forward with the cache (the recurrent path);
+            # running[r] is the job in cache row r
+            running = list(range(len(jobs)))
             while True:
                 picks = out.logits[:, -1].argmax(-1).tolist()
-                for job, next_id in zip(jobs, picks, strict=True):
-                    if not job.done:
-                        self._take(job, next_id, end_id, budget)
+                for b, next_id in zip(running, picks, strict=True):
+                    self._take(jobs[b], next_id, end_id, budget)
                 if progress:
-                    self._report(jobs, cache, progress)
-                if all(j.done for j in jobs):
-                    break
-                step = [[PAD_TEXT_TOKEN] if j.done else [j.last_id] for j in jobs]
+                    self._report(jobs, running, cache, progress)
+                ended = [r for r, b in enumerate(running) if jobs[b].done]
+                if ended:
+                    states = self.recurrent_states(cache, ended)
+                    for k, r in enumerate(ended):
+                        final[running[r]] = {i: s[k : k + 1] for i, s in states.items()}
+                    kept = [r for r, b in enumerate(running) if not jobs[b].done]
+                    if not kept:
+                        break
+                    cache.reorder_cache(torch.tensor(kept, device=device))
+                    running = [running[r] for r in kept]
+                step = [[jobs[b].last_id] for b in running]
                 out = model(
                     input_ids=torch.tensor(step, device=device), cache=cache, use_cache=True
                 )
         seconds = time.perf_counter() - start
-        states = self.recurrent_states(cache)
         for b, job in enumerate(jobs):  # a trap fails the batch before any copy-back
             if job.generated[-1].kind == "TRAP":
                 where = f"launch {b} ('{job.name}'): " if len(jobs) > 1 else ""
-                raise TrapError(where + self._trap_message(job, states, b))
+                raise TrapError(where + self._trap_message(job, final[b]))
         launches = []
         for b, job in enumerate(jobs):
-            words = self.read_memory(states, b)
+            words = self.read_memory(final[b])
             copy_back(job.image, words)
             launches.append(
                 ModelLaunch(
@@ -272,7 +282,7 @@ class ModelBackend:
             with self.live_parts.installed():
                 yield
 
-    def _trap_message(self, job: _Job, states: dict[int, np.ndarray], batch: int) -> str:
+    def _trap_message(self, job: _Job, states: dict[int, np.ndarray]) -> str:
         """The interpreter's words for the address trap the model ended a launch with: the
         step is the last EXEC, the lane and the reason are TRAP's, and the address is the
         lane's register a (read from the state) plus the instruction's offset."""
@@ -281,7 +291,7 @@ class ModelBackend:
         step = _steps(job.generated, spec.lanes, job.grid)[-1]
         (ins,) = job.program.blocks[step.block].instrs
         lane = trap.get("lane")
-        address = (self.read_register(states, step.warp, lane, ins.a, batch) + ins.imm) & WORD_MASK
+        address = (self.read_register(states, step.warp, lane, ins.a) + ins.imm) & WORD_MASK
         fault = address_fault(ins, address, spec.memory_bytes)
         if fault is None:
             raise LaunchError(f"the model trapped ({trap}) at the legal address {address:#x}")
@@ -329,10 +339,18 @@ class ModelBackend:
                 f"last EXEC, more than any step writes back ({limit}; last token {t})"
             )
 
-    def _report(self, jobs: Sequence[_Job], cache: Any, progress: Callable[[str], None]) -> None:
-        """Progress every PROGRESS_EVERY EXEC steps of a launch, and when it ends."""
+    def _report(
+        self,
+        jobs: Sequence[_Job],
+        running: Sequence[int],
+        cache: Any,
+        progress: Callable[[str], None],
+    ) -> None:
+        """Progress every PROGRESS_EVERY EXEC steps of a launch, and when it ends; the
+        running jobs (running[r] in cache row r) are in the cache."""
         states: dict[int, np.ndarray] | None = None  # read from the cache once per step
-        for b, job in enumerate(jobs):
+        for row, b in enumerate(running):
+            job = jobs[b]
             t = job.generated[-1] if job.generated else None
             due = t is not None and (t.kind == "EXEC" and job.execs % PROGRESS_EVERY == 0)
             if job.reported or not (due or job.done):
@@ -340,7 +358,7 @@ class ModelBackend:
             job.reported = job.done
             states = self.recurrent_states(cache) if states is None else states
             threads = math.prod(job.block)
-            done = self.warps_done(states, threads, b)
+            done = self.warps_done(states, threads, row)
             name = f"{job.name}: " if len(jobs) > 1 else ""
             progress(
                 f"{name}CTA {job.cta + 1}/{math.prod(job.grid)}: {done}/{self._warps(threads)} "
@@ -355,7 +373,11 @@ class ModelBackend:
             )
         return self.vocab.tokens[index]
 
-    def recurrent_states(self, cache: Any) -> dict[int, np.ndarray]:
+    def recurrent_states(
+        self, cache: Any, rows: Sequence[int] | None = None
+    ) -> dict[int, np.ndarray]:
+        """The circuit layers' DeltaNet states in the cache, by layer, as float64 arrays
+        (batch first): every row, or the cache rows `rows` in that order."""
         states = {}
         for i, kind in enumerate(self.machine.layer_types):
             if kind == "linear_attention":
@@ -363,6 +385,7 @@ class ModelBackend:
                 if isinstance(s, dict):  # transformers keys the state by sequence slot
                     s = s.get(0)
                 if s is not None:
+                    s = s if rows is None else s[list(rows)]
                     states[i] = s.double().cpu().numpy()
         return states
 

@@ -81,6 +81,9 @@ def test_same_logits_and_states_as_the_modules(k_heads):
         assert torch.allclose(got_state, want_state, atol=1e-5, rtol=1e-5)
     assert torch.count_nonzero(got_states[2]) == 0  # no live head: nothing ever written
     assert got_cache.get_seq_length() == want_cache.get_seq_length() == 5 + 6
+    silent, reference = got_cache.layers[3], want_cache.layers[3]
+    assert torch.equal(silent.keys, reference.keys) and torch.equal(silent.values, reference.values)
+    assert silent.keys.stride(2) == 0  # one broadcast zero row: no copy of the cache per token
 
 
 def test_live_parts_are_what_the_weights_leave():

@@ -168,7 +168,9 @@ def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
 FAST_DECODE_BATCH = ["dot", "cas_own", "vote_small"]  # atomics, votes, a loop: short launches
 
 
-def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(reduced, monkeypatch):
+def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
+    reduced, monkeypatch, request
+):
     """The same batch, load tokens fed one by one, decoded with transformers' modules and
     torch kernel, and with qwengpu's CPU path (host.decode_kernel and the layers' live
     parts, host.live_decode): the same tokens and every DeltaNet state of the circuit
@@ -179,14 +181,14 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(re
     if reduced.device != "cpu":
         pytest.skip("the CPU decode path runs on the CPU only")
     backend = reduced.get("bfloat16")  # the dtype the suite test above left built
-    final: list[dict] = []
+    reads: list[tuple] = []  # (cache rows, their states) at each launch's end
     read = ModelBackend.recurrent_states
     kernel, calls = decode_kernel.recurrent_gated_delta_rule, []
     live_forward, live_calls = live_decode.LiveDeltaNet.forward, []
 
-    def keep_final_states(self, cache):
-        final.append(read(self, cache))
-        return final[-1]
+    def keep_final_states(self, cache, rows=None):
+        reads.append((rows, read(self, cache, rows)))
+        return reads[-1][1]
 
     def counted(*args, **kwargs):
         calls.append(1)
@@ -199,13 +201,23 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(re
     monkeypatch.setattr(ModelBackend, "recurrent_states", keep_final_states)
     monkeypatch.setattr(decode_kernel, "recurrent_gated_delta_rule", counted)
     monkeypatch.setattr(live_decode.LiveDeltaNet, "forward", live_counted)
+    batch_sizes: list[int] = []
+    hook = backend.model.register_forward_pre_hook(
+        lambda _m, _a, kw: batch_sizes.append(kw["input_ids"].shape[0]), with_kwargs=True
+    )
+    request.addfinalizer(hook.remove)
     runs, states = {}, {}
     for fast in (False, True):
         monkeypatch.setattr(backend, "fast_decode", fast)
         monkeypatch.setattr(backend, "live_parts", None)  # found again under the patch
         jobs = _requests(backend.machine.spec, FAST_DECODE_BATCH)
+        reads.clear()
+        batch_sizes.clear()
         runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=False)
-        states[fast] = final[-1]
+        states[fast] = list(reads)
+        # an ended launch leaves the batch: its row is read, then dropped from the cache
+        assert batch_sizes[0] == len(jobs) and batch_sizes[-1] == 1
+        assert batch_sizes == sorted(batch_sizes, reverse=True)
         assert bool(calls) == fast  # the decode passes ran qwengpu's kernel, or never
         assert bool(live_calls) == fast  # and the DeltaNet layers' live parts
         for name, job, run in zip(FAST_DECODE_BATCH, jobs, runs[fast], strict=True):
@@ -217,9 +229,12 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(re
     assert silent == {i for i, kind in enumerate(circuit) if kind == "full_attention"}
     for reference, fast in zip(runs[False], runs[True], strict=True):
         assert fast.generated == reference.generated
-    assert states[True].keys() == states[False].keys()
-    for layer, want in states[False].items():
-        assert np.array_equal(states[True][layer], want), f"layer {layer}"
+    assert len(states[False]) > 1  # the launches did not all end on the same pass
+    assert [rows for rows, _ in states[True]] == [rows for rows, _ in states[False]]
+    for (_, got), (_, want) in zip(states[True], states[False], strict=True):
+        assert got.keys() == want.keys()
+        for layer in want:
+            assert np.array_equal(got[layer], want[layer]), f"layer {layer}"
 
 
 def _forbid_the_interpreter(patch: pytest.MonkeyPatch) -> None:
