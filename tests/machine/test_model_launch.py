@@ -39,11 +39,11 @@ DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 # short kernels per dtype: loops, divergence, atomics (cas, inc/dec), stores (guarded,
 # st.8/st.16), bit ops, predicates, %laneid, constant memory, a barrier, votes, shuffles,
 # a 3-D launch. Address traps have their own launches below.
-# On 2 CPU cores a forward pass of the reduced machine on 0.8B costs per launch about 9 ms
-# (bf16) / 15 ms (fp32) in a batch of 16 (docs/protocol.md, "Batches"), so the whole suite
-# (about 27,000 EXEC steps, 86,000 tokens, 95 min in fp32 with prefill) runs in the slow tier,
-# in batches of 16 (batches of 32 cost as much: the longest kernel of a batch sets its
-# length, and a float32 pass of 32 launches takes 1.4 times one of 16).
+# On 2 CPU cores a bf16 forward pass of the reduced machine on 0.8B costs about 5 ms per
+# launch in a batch of 16 and 4.3 ms from 32 up, 43 ms alone (docs/protocol.md, "Batches"),
+# so the whole suite (about 27,000 EXEC steps, 86,000 tokens) runs in the slow tier, as one
+# batch: an ended launch leaves it, so it costs what its launches add up to (28 min in
+# bfloat16 with prefill, most of it the few longest kernels' tail).
 DEFAULT_BATCHES = {
     "float32": [
         "uniform_loop_zero_trips", "popc", "atomic_sub", "ffs", "laneid", "constant_lut",
@@ -271,7 +271,7 @@ def _fitting_cases(spec) -> list[str]:
     return sorted(steps, key=steps.get)
 
 
-def _batches(names: list[str], size: int = 16) -> list[list[str]]:
+def _batches(names: list[str], size: int = 128) -> list[list[str]]:
     return [names[i : i + size] for i in range(0, len(names), size)]
 
 
