@@ -18,6 +18,11 @@ docs/circuit.md) it gives the reference kernel's numbers bit for bit
 (tests/machine/test_model_launch.py); on arbitrary data it differs from it by float32
 rounding only (the sums run in another order).
 
+`sparse_rows_delta_rule` is the same step for the circuit's memories, called by their
+layers' live parts (host.live_decode): with no decay and keys and queries nonzero on a
+few rows (one-hot keys, two-hot queries), it reads and writes those rows of each head
+only, in place in the cache's state, instead of whole 128 x 128 heads.
+
 `installed(model)` puts it in the layers' module for the length of a `with` block (the
 same function slot transformers fills with `fla`), only for a Qwen3.5 model on the CPU.
 """
@@ -99,6 +104,66 @@ def _delta_write(cells: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: to
     """The delta rule's write, in place: S += k (beta (v - k^T S))^T for each head's S."""
     delta = (v - torch.bmm(k, cells)) * beta
     cells.baddbmm_(k.transpose(1, 2), delta)
+
+
+SPARSE_ROWS_MAX = 4
+"""The most nonzero key or query entries per head for which `sparse_rows_delta_rule`
+gathers rows; denser tokens take the dense kernel."""
+
+
+def sparse_rows_delta_rule(
+    state: torch.Tensor,
+    heads: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    beta: torch.Tensor,
+) -> torch.Tensor | None:
+    """One token of the gated delta rule, without decay, on the value heads `heads` of
+    `state` (batch, heads, k_dim, v_dim; float32, updated in place), touching only the
+    state rows where the token's key or query is nonzero; None (and `state` untouched)
+    when some head's key or query has more than SPARSE_ROWS_MAX nonzero entries.
+
+    With k nonzero on rows R and q on rows Q, k^T S is the sum over R of k_r S[r], the
+    write S += k delta^T changes only rows R, and q^T S sums over Q: the dense kernel's
+    terms less exact zeros. query, key: (batch, 1, key heads, k_dim); value: (batch, 1,
+    value heads, v_dim); beta: (batch, 1, value heads). Returns the output as `query`'s
+    dtype, (batch, 1, value heads, v_dim). The circuit's memories (one-hot keys, two-hot
+    queries, decay exactly 1) read and write one or two rows of 128 per head this way."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import l2norm
+
+    out_dtype = query.dtype
+    batch, _, k_heads, k_dim = key.shape
+    v_heads = value.shape[2]
+    if k_heads != v_heads:
+        query = query.repeat_interleave(v_heads // k_heads, dim=2)
+        key = key.repeat_interleave(v_heads // k_heads, dim=2)
+    query, key, value, beta = (x[:, 0].to(torch.float32) for x in (query, key, value, beta))
+    query = l2norm(query, dim=-1, eps=1e-6)  # as the dense kernel, in float32
+    key = l2norm(key, dim=-1, eps=1e-6)
+    query = query / (k_dim**0.5)
+    k_rows, q_rows = (int(x.ne(0).sum(-1).max()) for x in (key, query))
+    if max(k_rows, q_rows) > SPARSE_ROWS_MAX:
+        return None
+    at_batch = torch.arange(batch, device=state.device)[:, None, None]
+    at_head = heads[None, :, None]
+
+    def nonzero_rows(x: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `count` largest-magnitude entries of each head's vector (its nonzero ones,
+        padded with zeros at other rows): their rows and values."""
+        rows = x.abs().topk(count, dim=-1).indices
+        return rows, x.gather(-1, rows)
+
+    if k_rows:
+        rows, k = nonzero_rows(key, k_rows)
+        cells = state[at_batch, at_head, rows]  # (batch, heads, k_rows, v_dim)
+        delta = (value - (k[..., None] * cells).sum(-2)) * beta[..., None]
+        state[at_batch, at_head, rows] = cells + k[..., None] * delta[:, :, None]
+    if not q_rows:
+        return value.new_zeros(batch, 1, v_heads, value.shape[-1]).to(out_dtype)
+    rows, q = nonzero_rows(query, q_rows)
+    out = (q[..., None] * state[at_batch, at_head, rows]).sum(-2)
+    return out[:, None].to(out_dtype)
 
 
 @contextlib.contextmanager

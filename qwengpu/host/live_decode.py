@@ -1,17 +1,23 @@
 """Forward passes over the live part of each layer: the circuit's zero weights skipped.
 
 A circuit layer fills a fraction of its decoder layer (`qgpu inspect`): some MLP neurons,
-some DeltaNet heads, and its full-attention layers are all zero. Qwen3.5's modules
-compute every neuron and head regardless. `LiveParts.of(model)` finds, from the weights
-alone, what in each layer can change its output or its state, and `installed` gives those
-modules, for the length of a `with` block, forwards over that part only:
+some DeltaNet heads, a few dozen weights per row, and its full-attention layers are all
+zero. Qwen3.5's modules compute every neuron, head and weight regardless.
+`LiveParts.of(model)` finds, from the weights alone, what in each layer can change its
+output or its state, and `installed` gives those modules, for the length of a `with`
+block, forwards over that part only:
 
 - MLP (every pass): neuron n adds silu(g_n . x) (u_n . x) d_n, exactly 0 when its gate
   row, up row or down column is all zero, so only the others are computed.
-- DeltaNet (one-token decode passes with the cache; prefill runs transformers' chunked
-  path unchanged): a head whose key rows are all zero never writes its state (the delta
-  rule writes k delta^T) and reads 0 from it (the state starts at 0), so its output is 0;
-  only the other heads are projected, convolved, updated and read.
+- DeltaNet: a head whose key rows are all zero never writes its state (the delta rule
+  writes k delta^T) and reads 0 from it (the state starts at 0), so its output is 0; only
+  the other heads are projected, convolved, updated and read. A prefill onto an empty
+  cache runs transformers' chunked rule on them (the others' states stay 0); a one-token
+  pass with the cache runs the delta rule on the rows its keys and queries touch
+  (decode_kernel.sparse_rows_delta_rule: the memories' one-hot keys and two-hot queries
+  touch one or two of 128), or on whole heads when they touch more.
+- Projections (LiveLinear): a live slice with few nonzero weights runs as a sparse
+  product over them; the circuit's gates read a few dozen of the residual's channels.
 - Full attention with all-zero k, v and o projections (every pass): the output is 0
   whatever the queries (the circuit's q_proj holds only its muted output gate); the
   layer's cache still grows by one zero key and value per token, as transformers' would
@@ -20,14 +26,16 @@ modules, for the length of a `with` block, forwards over that part only:
 The skipped terms are exact zeros, so each output is the same sum without them; the sums
 of the live terms may run in another order than the full matrix products'. On the
 machine's launches every token and every DeltaNet state comes out as transformers' to
-the bit (tests/machine/test_model_launch.py). Layers without skippable parts (the base
-model's) keep their modules' forwards. ModelBackend.launch_many installs them on the CPU,
-with the decode kernel (host.decode_kernel).
+the bit, fed in one prefill and token by token (tests/machine/test_model_launch.py).
+Layers without skippable parts (the base model's) keep their modules' forwards.
+ModelBackend.launch_many installs them on the CPU, with the decode kernel
+(host.decode_kernel).
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,18 +45,49 @@ import torch.nn.functional as F
 import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
 from transformers.cache_utils import DynamicLayer
 
+from qwengpu.host.decode_kernel import sparse_rows_delta_rule
+
 
 def _nonzero_rows(weight: torch.Tensor) -> torch.Tensor:
     return weight.ne(0).any(dim=1)
+
+
+SPARSE_DENSITY_MAX = 0.05
+"""The largest fraction of nonzero weights a live projection runs as a sparse product;
+denser ones stay dense. The circuit's are far below it (its gates read a few dozen of the
+residual's channels), the base model's far above."""
+
+
+class LiveLinear:
+    """y = x W^T for a live slice W of a projection: a dense product, or for a sparse W a
+    float32 CSR product over W's nonzero entries, rounded once to x's dtype. The dense
+    product accumulates in float32 as well (bf16 included), so both sum the same terms,
+    less exact zeros, in another order."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.shape = tuple(weight.shape)
+        nonzero = int(weight.count_nonzero()) if weight.numel() else 0
+        self.sparse = 0 < nonzero <= SPARSE_DENSITY_MAX * weight.numel()
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+            warnings.filterwarnings("ignore", "Sparse CSR", UserWarning)
+            self.weight = weight.float().to_sparse_csr() if self.sparse else weight.contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # 2-D: some 3-D bf16 products run ~100x slower
+        if self.sparse:  # a contiguous right operand, for the same reason
+            out = (self.weight @ flat.to(torch.float32).t().contiguous()).t().to(x.dtype)
+        else:
+            out = F.linear(flat, self.weight)
+        return out.reshape(*x.shape[:-1], self.shape[0])
 
 
 @dataclass
 class LiveMlp:
     """The neurons of a SwiGLU MLP whose gate, up and down weights are all nonzero."""
 
-    gate: torch.Tensor
-    up: torch.Tensor
-    down: torch.Tensor
+    gate: LiveLinear
+    up: LiveLinear
+    down: LiveLinear
     act: Any
     hidden: int
 
@@ -59,12 +98,13 @@ class LiveMlp:
         if bool(live.all()):
             return None  # nothing to skip: the module's own forward
         rows = live.nonzero().squeeze(1)
-        return cls(gate[rows], up[rows], down[:, rows].contiguous(), mlp.act_fn, down.shape[0])
+        weights = gate[rows], up[rows], down[:, rows]
+        return cls(*map(LiveLinear, weights), mlp.act_fn, down.shape[0])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.hidden)
-        return F.linear(self.act(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
+        return self.down(self.act(self.gate(x)) * self.up(x))
 
 
 @dataclass
@@ -75,14 +115,14 @@ class LiveDeltaNet:
     module: Any
     heads: torch.Tensor  # value heads
     channels: torch.Tensor  # their conv channels: q and k of their key heads, then v
-    qkv: torch.Tensor
+    qkv: LiveLinear
     conv: torch.Tensor
-    z: torch.Tensor
-    b: torch.Tensor
-    a: torch.Tensor
+    z: LiveLinear
+    b: LiveLinear
+    a: LiveLinear
     A_log: torch.Tensor
     dt_bias: torch.Tensor
-    out: torch.Tensor
+    out: LiveLinear
     split: tuple[int, int, int]
 
     @classmethod
@@ -94,8 +134,8 @@ class LiveDeltaNet:
         hidden = weight.shape[1]
         key_rows = weight[attn.key_dim : 2 * attn.key_dim].reshape(nk, dk * hidden)
         key_heads = _nonzero_rows(key_rows).nonzero().squeeze(1)
-        if len(key_heads) == nk:
-            return None
+        if len(key_heads) == nk and not LiveLinear(weight).sparse:
+            return None  # every head, dense projections: the module's own forward
         group = nv // nk  # value heads served by one key head, consecutive
         heads = (key_heads[:, None] * group + torch.arange(group)).flatten()
         k_channels = (key_heads[:, None] * dk + torch.arange(dk)).flatten()
@@ -105,14 +145,14 @@ class LiveDeltaNet:
             module=attn,
             heads=heads,
             channels=channels,
-            qkv=weight[channels],
+            qkv=LiveLinear(weight[channels]),
             conv=attn.conv1d.weight.squeeze(1)[channels],
-            z=attn.in_proj_z.weight[v_channels],
-            b=attn.in_proj_b.weight[heads],
-            a=attn.in_proj_a.weight[heads],
+            z=LiveLinear(attn.in_proj_z.weight[v_channels]),
+            b=LiveLinear(attn.in_proj_b.weight[heads]),
+            a=LiveLinear(attn.in_proj_a.weight[heads]),
             A_log=attn.A_log[heads],
             dt_bias=attn.dt_bias[heads],
-            out=attn.out_proj.weight[:, v_channels].contiguous(),
+            out=LiveLinear(attn.out_proj.weight[:, v_channels]),
             split=(len(k_channels), len(k_channels), len(v_channels)),
         )
 
@@ -125,44 +165,89 @@ class LiveDeltaNet:
     ) -> torch.Tensor:
         attn = self.module
         index = attn.layer_idx
-        decode = (
-            cache is not None
-            and hidden_states.shape[1] == 1
-            and cache.get_conv_state(index) is not None
-            and cache.get_recurrent_state(index) is not None
-            and not cache.is_recording_past(index)
-        )
-        if not decode:  # prefill: transformers' own path, every head
+        fresh = cache is not None and not cache.is_recording_past(index)
+        has_state = fresh and cache.get_recurrent_state(index) is not None
+        conv_state = cache.get_conv_state(index) if fresh else None
+        if fresh and not has_state and conv_state is None:
+            decode = False  # the first pass on an empty cache: a prefill from zero states
+        elif has_state and conv_state is not None and hidden_states.shape[1] == 1:
+            decode = True
+        else:  # anything else (no cache, a prefill onto earlier states): every head
             return type(attn).forward(attn, hidden_states, cache, attention_mask, **kwargs)
         x = qwen3_5.apply_mask_to_padding_states(hidden_states, attention_mask)
-        batch = x.shape[0]
-        if len(self.heads) == 0:
-            return x.new_zeros(batch, 1, self.out.shape[0])
-
-        conv_state = cache.get_conv_state(index)
-        window = conv_state[:, self.channels]  # updated by the conv, then put back
-        mixed = qwen3_5.causal_conv1d_update(
-            F.linear(x, self.qkv).transpose(1, 2), window, self.conv, None, attn.activation
-        )
-        conv_state[:, self.channels] = window
+        batch, steps, _ = x.shape
+        if len(self.heads) == 0:  # nothing to write or read; a prefill still sets the cache
+            if not decode:
+                self._zero_states(cache, x)
+            return x.new_zeros(batch, steps, self.out.shape[0])
+        mixed = self.qkv(x).transpose(1, 2)  # (batch, live channels, steps)
+        if decode:
+            window = conv_state[:, self.channels]  # updated by the conv, then put back
+            mixed = qwen3_5.causal_conv1d_update(mixed, window, self.conv, None, attn.activation)
+            conv_state[:, self.channels] = window
+        else:
+            mixed = self._prefill_conv(cache, mixed, **kwargs)
         query, key, value = torch.split(mixed.transpose(1, 2), self.split, dim=-1)
-        query = query.reshape(batch, 1, -1, attn.head_k_dim)
-        key = key.reshape(batch, 1, -1, attn.head_k_dim)
-        value = value.reshape(batch, 1, -1, attn.head_v_dim)
-        beta = F.linear(x, self.b).sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(F.linear(x, self.a).float() + self.dt_bias)
+        query = query.reshape(batch, steps, -1, attn.head_k_dim)
+        key = key.reshape(batch, steps, -1, attn.head_k_dim)
+        value = value.reshape(batch, steps, -1, attn.head_v_dim)
+        beta = self.b(x).sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(self.a(x).float() + self.dt_bias)
 
-        state = cache.get_recurrent_state(index)
+        if decode:
+            core = self._decode_rule(cache.get_recurrent_state(index), query, key, value, g, beta)
+        else:  # transformers' chunked rule on the live heads; the others' states stay 0
+            core, cells = qwen3_5.torch_chunk_gated_delta_rule(
+                query, key, value, g=g, beta=beta, initial_state=None,
+                output_final_state=True, use_qk_l2norm_in_kernel=True,
+            )  # fmt: skip
+            self._zero_states(cache, x)[:, self.heads] = cells
+
+        z = self.z(x).reshape(-1, attn.head_v_dim)
+        core = attn.norm(core.reshape(-1, attn.head_v_dim), z).reshape(batch, steps, -1)
+        return self.out(core)
+
+    def _zero_states(self, cache: Any, x: torch.Tensor) -> torch.Tensor:
+        """A prefill's cache entries before its live heads' are put in: zero conv windows
+        (unless _prefill_conv set them) and zero recurrent states; returns the latter."""
+        attn = self.module
+        if cache.get_conv_state(attn.layer_idx) is None:
+            channels = 2 * attn.key_dim + attn.value_dim
+            window = x.new_zeros(x.shape[0], channels, attn.conv_kernel_size)
+            cache.update_conv_state(window, attn.layer_idx)
+        shape = (x.shape[0], attn.num_v_heads, attn.head_k_dim, attn.head_v_dim)
+        cache.update_recurrent_state(x.new_zeros(shape, dtype=torch.float32), attn.layer_idx)
+        return cache.get_recurrent_state(attn.layer_idx)
+
+    def _prefill_conv(self, cache: Any, mixed: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """The causal conv over a prefill's live channels, from a zero window, leaving the
+        last conv_kernel_size inputs of each in the cache as transformers' update does (the
+        other channels' windows 0: nothing reads them)."""
+        attn = self.module
+        width = attn.conv_kernel_size
+        batch, _, steps = mixed.shape
+        channels = 2 * attn.key_dim + attn.value_dim
+        cache.update_conv_state(mixed.new_zeros(batch, channels, width), attn.layer_idx)
+        padded = F.pad(mixed, (max(0, width - steps), 0))
+        cache.get_conv_state(attn.layer_idx)[:, self.channels] = padded[..., -width:]
+        mixed = qwen3_5.causal_conv1d_fn(
+            padded, self.conv, None, activation=attn.activation, **kwargs
+        )
+        return mixed[:, :, -steps:]
+
+    def _decode_rule(self, state, query, key, value, g, beta) -> torch.Tensor:
+        """One token of the delta rule on the live heads' cells of `state`, in place."""
+        if bool((g.exp() == 1).all()):  # no decay: the memories' rows alone
+            core = sparse_rows_delta_rule(state, self.heads, query, key, value, beta)
+            if core is not None:
+                return core
         cells = state[:, self.heads]
         core, cells = qwen3_5.torch_recurrent_gated_delta_rule(
             query, key, value, g=g, beta=beta, initial_state=cells,
             output_final_state=True, use_qk_l2norm_in_kernel=True,
         )  # fmt: skip
         state[:, self.heads] = cells
-
-        z = F.linear(x, self.z).reshape(-1, attn.head_v_dim)
-        core = attn.norm(core.reshape(-1, attn.head_v_dim), z).reshape(batch, 1, -1)
-        return F.linear(core, self.out)
+        return core
 
 
 @dataclass

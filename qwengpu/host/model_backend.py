@@ -193,10 +193,12 @@ class ModelBackend:
     ) -> list[ModelLaunch]:
         """Run independent launches as one batch (one sequence each, like CUDA streams):
         every forward pass advances all of them, so the weights are read once per step for
-        the whole batch. Shorter prompts are left-padded with a text token, which the
-        circuit ignores (muted: it writes no state). A launch that ends has its states read
-        and its row dropped from the cache, so the passes after it are the smaller batch's.
-        Arrays in each request's args get their results."""
+        the whole batch. In one prefill, shorter prompts are left-padded with a text token,
+        which the circuit ignores (muted: it writes no state); fed token by token, each row
+        reads its own prompt from the first pass and starts writing when it has read it
+        all, so no row waits on padding. A launch that ends has its states read and its
+        row dropped from the cache, so the passes after it are the smaller batch's. Arrays
+        in each request's args get their results."""
         import torch
 
         if not requests:
@@ -204,8 +206,7 @@ class ModelBackend:
         jobs = [self._prepare(r) for r in requests]
         budget = max_steps if max_steps is not None else self.machine.spec.max_steps
         end_id = self.ids([token("END")])[0]
-        width = max(len(j.prompt) for j in jobs)
-        rows = [[PAD_TEXT_TOKEN] * (width - len(j.prompt)) + self.ids(j.prompt) for j in jobs]
+        prompts = [self.ids(j.prompt) for j in jobs]
         final: dict[int, dict[int, np.ndarray]] = {}  # job -> its states when it ended
         start = time.perf_counter()
         model = self.model
@@ -214,20 +215,25 @@ class ModelBackend:
         with torch.no_grad(), fast:
             from transformers import DynamicCache
 
-            ids = torch.tensor(rows, device=device)
             cache = DynamicCache(config=model.config)
-            if prefill:
-                out = model(input_ids=ids, cache=cache, use_cache=True)
-            else:
-                for t in range(ids.shape[1]):
-                    out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+            if prefill:  # every prompt in one forward, the shorter ones left-padded
+                width = max(map(len, prompts))
+                rows = [[PAD_TEXT_TOKEN] * (width - len(p)) + p for p in prompts]
+                fed = [len(p) for p in prompts]
+                ids = torch.tensor(rows, device=device)
+            else:  # one token per forward from the first: no padding, each row its own
+                fed = [1] * len(jobs)
+                ids = torch.tensor([p[:1] for p in prompts], device=device)
+            out = model(input_ids=ids, cache=cache, use_cache=True)
             # greedy decoding, one token per forward with the cache (the recurrent path);
-            # running[r] is the job in cache row r
+            # running[r] is the job in cache row r; a row whose prompt is not all fed
+            # (fed[b] tokens so far) takes its next prompt token, not the model's
             running = list(range(len(jobs)))
             while True:
                 picks = out.logits[:, -1].argmax(-1).tolist()
                 for b, next_id in zip(running, picks, strict=True):
-                    self._take(jobs[b], next_id, end_id, budget)
+                    if fed[b] == len(prompts[b]):
+                        self._take(jobs[b], next_id, end_id, budget)
                 if progress:
                     self._report(jobs, running, cache, progress)
                 ended = [r for r, b in enumerate(running) if jobs[b].done]
@@ -240,7 +246,11 @@ class ModelBackend:
                         break
                     cache.reorder_cache(torch.tensor(kept, device=device))
                     running = [running[r] for r in kept]
-                step = [[jobs[b].last_id] for b in running]
+                step = []
+                for b in running:
+                    loading = fed[b] < len(prompts[b])
+                    step.append([prompts[b][fed[b]] if loading else jobs[b].last_id])
+                    fed[b] += loading
                 out = model(
                     input_ids=torch.tensor(step, device=device), cache=cache, use_cache=True
                 )

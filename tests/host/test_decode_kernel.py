@@ -12,7 +12,11 @@ torch = pytest.importorskip("torch")
 qwen3_5 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
 
 from qwengpu.host import decode_kernel  # noqa: E402
-from qwengpu.host.decode_kernel import recurrent_gated_delta_rule  # noqa: E402
+from qwengpu.host.decode_kernel import (  # noqa: E402
+    SPARSE_ROWS_MAX,
+    recurrent_gated_delta_rule,
+    sparse_rows_delta_rule,
+)
 
 REFERENCE = qwen3_5.torch_recurrent_gated_delta_rule
 
@@ -94,6 +98,59 @@ def test_state_updated_in_place_unless_it_must_be_converted():
     before = transposed.clone()
     _, returned = recurrent_gated_delta_rule(q, k, v, g, beta, transposed, True, True)
     assert returned is not transposed and torch.equal(transposed, before)
+
+
+def _memory_token(batch=3, k_heads=4, v_heads=4, dim=16, seed=0, dtype=torch.float32):
+    """A token as the circuit's memories see it: one-hot keys (pre-activation 30, as the
+    circuit's), queries on a row plus the never-written last row, beta exactly 0 or 1,
+    no decay, and a state of small integers whose last row is 0."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, dim - 1, (batch, 1, k_heads), generator=gen)
+    k = torch.nn.functional.one_hot(rows, dim).to(dtype) * 30
+    q = torch.nn.functional.one_hot(torch.randint(0, dim - 1, rows.shape, generator=gen), dim)
+    q = (q + torch.nn.functional.one_hot(torch.full_like(rows, dim - 1), dim)).to(dtype) * 30
+    v = torch.randint(0, 9, (batch, 1, v_heads, dim), generator=gen).to(dtype)
+    beta = torch.randint(0, 2, (batch, 1, v_heads), generator=gen).to(dtype)
+    state = torch.randint(0, 5, (batch, v_heads, dim, dim), generator=gen).float()
+    state[:, :, -1] = 0
+    return q, k, v, torch.zeros(batch, 1, v_heads), beta, state
+
+
+@pytest.mark.parametrize(
+    ("k_heads", "dtype"), [(4, torch.float32), (2, torch.float32), (4, torch.bfloat16)]
+)
+def test_sparse_rows_give_the_reference_bit_for_bit_on_memories(k_heads, dtype):
+    q, k, v, g, beta, state = _memory_token(k_heads=k_heads, dtype=dtype)
+    want_out, want_state = REFERENCE(q, k, v, g, beta, state.clone(), True, True)
+    heads = torch.arange(4)
+    got_state = state.clone()
+    got_out = sparse_rows_delta_rule(got_state, heads, q, k, v, beta)
+    assert got_out.dtype == want_out.dtype and torch.equal(got_out, want_out)
+    assert torch.equal(got_state, want_state)
+
+
+def test_sparse_rows_update_only_the_given_heads_in_place():
+    """The heads of a wider state (a circuit layer's live heads): theirs as the reference
+    computes them alone, every other head untouched."""
+    q, k, v, g, beta, state = _memory_token(k_heads=2, v_heads=2)
+    wide = torch.randn(3, 6, 16, 16)
+    heads = torch.tensor([1, 4])
+    wide[:, heads] = state
+    before = wide.clone()
+    want_out, want_state = REFERENCE(q, k, v, g, beta, state.clone(), True, True)
+    got_out = sparse_rows_delta_rule(wide, heads, q, k, v, beta)
+    assert torch.equal(got_out, want_out)
+    assert torch.equal(wide[:, heads], want_state)
+    others = [0, 2, 3, 5]
+    assert torch.equal(wide[:, others], before[:, others])
+
+
+def test_dense_keys_are_left_to_the_dense_kernel():
+    q, k, v, _, beta, state = _inputs()  # random keys: every entry nonzero
+    assert k.shape[-1] > SPARSE_ROWS_MAX
+    before = state.clone()
+    assert sparse_rows_delta_rule(state, torch.arange(4), q, k, v, beta) is None
+    assert torch.equal(state, before)
 
 
 def _model(model_type: str, device: str):

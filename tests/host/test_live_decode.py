@@ -5,13 +5,21 @@ Their bit-for-bit equality on the machine's launches is in tests/machine."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
 
 from qwengpu.circuit.geometry import TINY  # noqa: E402
-from qwengpu.host.live_decode import LiveDeltaNet, LiveMlp, LiveParts, SilentAttention  # noqa: E402
+from qwengpu.host.live_decode import (  # noqa: E402
+    LiveDeltaNet,
+    LiveLinear,
+    LiveMlp,
+    LiveParts,
+    SilentAttention,
+)
 
 LAYERS = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
 
@@ -48,15 +56,16 @@ def _model(k_heads: int = 4, seed: int = 0):
 
 
 def _decode(model, live: LiveParts | None, steps: int = 6):
-    """Prefill 5 tokens of 3 sequences, then `steps` greedy decode passes; every pass's
-    logits and the final DeltaNet states."""
+    """Prefill 5 tokens of 3 sequences, then `steps` greedy decode passes, all with the
+    live parts installed (`live`) or not; every pass's logits and the final DeltaNet
+    states."""
     from transformers import DynamicCache
 
     ids = torch.tensor([[3, 9, 27, 17, 5], [1, 2, 3, 4, 5], [60, 7, 7, 7, 40]])
     cache = DynamicCache(config=model.config)
     logits = []
-    with torch.no_grad():
-        out = model(input_ids=ids, cache=cache, use_cache=True)
+    with torch.no_grad(), live.installed() if live else contextlib.nullcontext():
+        out = model(input_ids=ids, cache=cache, use_cache=True)  # the live prefill
         logits.append(out.logits[:, -1])
         for _ in range(steps):
             step = out.logits[:, -1:].argmax(-1)
@@ -116,3 +125,38 @@ def test_installed_only_inside_the_block():
         assert module.forward == live.forwards[module]
         raise RuntimeError("a failed launch")
     assert "forward" not in module.__dict__  # the class's forward again
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sparse_projection_sums_the_dense_products_terms(dtype):
+    """A weight with a few nonzeros per row (a circuit gate) runs as a float32 CSR product
+    rounded once to the input's dtype: on small integers, the dense product to the bit;
+    a dense weight stays a dense product."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.zeros(40, 256)
+    for row in range(40):
+        columns = torch.randperm(256, generator=gen)[:3]
+        weight[row, columns] = torch.randint(-4, 5, (3,), generator=gen).float()
+    x = torch.randint(-8, 9, (2, 3, 256), generator=gen).to(dtype)
+    sparse = LiveLinear(weight.to(dtype))
+    assert sparse.sparse and sparse.weight.layout == torch.sparse_csr
+    got = sparse(x)
+    assert got.dtype == dtype and got.shape == (2, 3, 40)
+    assert torch.equal(got, torch.nn.functional.linear(x, weight.to(dtype)))
+    dense = LiveLinear(torch.randn(40, 256, generator=gen).to(dtype))
+    assert not dense.sparse
+    assert not LiveLinear(torch.zeros(0, 256)).sparse  # no rows: nothing to run
+
+
+def test_a_layer_with_every_head_live_but_sparse_projections_runs_live():
+    """The circuit's memory layers use every head with a few weights each: live, for the
+    sparse projections and rows; a dense layer with every head live is left alone."""
+    model = _model()
+    attn = model.model.layers[0].linear_attn
+    assert LiveDeltaNet.of(attn) is None
+    with torch.no_grad():
+        qkv = attn.in_proj_qkv.weight
+        qkv.mul_(torch.rand_like(qkv) < 0.01)
+    live = LiveDeltaNet.of(attn)
+    assert live is not None and live.heads.tolist() == list(range(attn.num_v_heads))
+    assert live.qkv.sparse

@@ -168,13 +168,14 @@ def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
 FAST_DECODE_BATCH = ["dot", "cas_own", "vote_small"]  # atomics, votes, a loop: short launches
 
 
+@pytest.mark.parametrize("prefill", [False, True], ids=["token by token", "one prefill"])
 def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
-    reduced, monkeypatch, request
+    reduced, monkeypatch, request, prefill
 ):
-    """The same batch, load tokens fed one by one, decoded with transformers' modules and
-    torch kernel, and with qwengpu's CPU path (host.decode_kernel and the layers' live
-    parts, host.live_decode): the same tokens and every DeltaNet state of the circuit
-    layers identical to the bit."""
+    """The same batch, run with transformers' modules and torch kernel, and with qwengpu's
+    CPU path (host.decode_kernel and the layers' live parts, host.live_decode: sparse
+    projections, the memories' rows alone, the live heads' prefill): the same tokens and
+    every DeltaNet state of the circuit layers identical to the bit."""
     from qwengpu.host import decode_kernel, live_decode
     from qwengpu.host.model_backend import ModelBackend
 
@@ -185,6 +186,7 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
     read = ModelBackend.recurrent_states
     kernel, calls = decode_kernel.recurrent_gated_delta_rule, []
     live_forward, live_calls = live_decode.LiveDeltaNet.forward, []
+    sparse_rows, row_calls = live_decode.sparse_rows_delta_rule, []
 
     def keep_final_states(self, cache, rows=None):
         reads.append((rows, read(self, cache, rows)))
@@ -198,7 +200,13 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
         live_calls.append(self.module.layer_idx)
         return live_forward(self, *args, **kwargs)
 
+    def rows_counted(*args, **kwargs):
+        core = sparse_rows(*args, **kwargs)
+        row_calls.append(core is not None)
+        return core
+
     monkeypatch.setattr(ModelBackend, "recurrent_states", keep_final_states)
+    monkeypatch.setattr(live_decode, "sparse_rows_delta_rule", rows_counted)
     monkeypatch.setattr(decode_kernel, "recurrent_gated_delta_rule", counted)
     monkeypatch.setattr(live_decode.LiveDeltaNet, "forward", live_counted)
     batch_sizes: list[int] = []
@@ -213,13 +221,19 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
         jobs = _requests(backend.machine.spec, FAST_DECODE_BATCH)
         reads.clear()
         batch_sizes.clear()
-        runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=False)
+        runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=prefill)
         states[fast] = list(reads)
         # an ended launch leaves the batch: its row is read, then dropped from the cache
         assert batch_sizes[0] == len(jobs) and batch_sizes[-1] == 1
         assert batch_sizes == sorted(batch_sizes, reverse=True)
+        # no pass wasted on padding: token by token, each row starts on its own prompt
+        fed = 0 if prefill else 1  # prompt tokens past the first pass's, per generated one
+        assert len(batch_sizes) == max(
+            len(r.generated) + fed * (r.prompt_tokens - 1) for r in runs[fast]
+        )
         assert bool(calls) == fast  # the decode passes ran qwengpu's kernel, or never
         assert bool(live_calls) == fast  # and the DeltaNet layers' live parts
+        assert any(row_calls) == fast  # reading and writing the memories' rows alone
         for name, job, run in zip(FAST_DECODE_BATCH, jobs, runs[fast], strict=True):
             _verify(name, job, run, "bfloat16")
     # circuit layers with idle heads only: the base layers' heads are all live
