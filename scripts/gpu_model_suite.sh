@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model backend on a GPU, in one go: the launch tests of tests/machine (the default
-# tier and the slow one: the whole kernel suite through the reduced machine in float32 with
-# prefill and bfloat16 token by token, the full machine on the 2B geometry), with every
+# tier and the slow one: the whole kernel suite through the reduced machine in both dtypes,
+# in one prefill and token by token, the full machine on the 2B geometry), with every
 # in-memory model on $QWENGPU_TEST_DEVICE (default cuda). Every launch is replayed with
 # --check and compared with the interpreter and the suite's oracle, as on the CPU.
 # Extra arguments go to pytest (-k NAME, -x, ...). Under $OUT (the device tool's folder)

@@ -358,17 +358,21 @@ class ModelBackend:
     ) -> None:
         """Progress every PROGRESS_EVERY EXEC steps of a launch, and when it ends; the
         running jobs (running[r] in cache row r) are in the cache."""
-        states: dict[int, np.ndarray] | None = None  # read from the cache once per step
+        reporting = []  # the cache rows of the launches due, read from the cache at once
         for row, b in enumerate(running):
             job = jobs[b]
             t = job.generated[-1] if job.generated else None
             due = t is not None and (t.kind == "EXEC" and job.execs % PROGRESS_EVERY == 0)
-            if job.reported or not (due or job.done):
-                continue
+            if not job.reported and (due or job.done):
+                reporting.append(row)
+        if not reporting:
+            return
+        states = self.recurrent_states(cache, reporting)
+        for k, row in enumerate(reporting):
+            job = jobs[running[row]]
             job.reported = job.done
-            states = self.recurrent_states(cache) if states is None else states
             threads = math.prod(job.block)
-            done = self.warps_done(states, threads, row)
+            done = self.warps_done(states, threads, k)
             name = f"{job.name}: " if len(jobs) > 1 else ""
             progress(
                 f"{name}CTA {job.cta + 1}/{math.prod(job.grid)}: {done}/{self._warps(threads)} "

@@ -35,26 +35,17 @@ suite = _suite()
 CASES = {c.name: c for c in suite.CASES}
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 
-# The default run: the dot product alone (prefill and token by token), and a batch of
-# short kernels per dtype: loops, divergence, atomics (cas, inc/dec), stores (guarded,
-# st.8/st.16), bit ops, predicates, %laneid, constant memory, a barrier, votes, shuffles,
-# a 3-D launch. Address traps have their own launches below.
-# On 2 CPU cores a bf16 forward pass of the reduced machine on 0.8B costs about 5 ms per
-# launch in a batch of 16 and 4.3 ms from 32 up, 43 ms alone (docs/protocol.md, "Batches"),
-# so the whole suite (about 27,000 EXEC steps, 86,000 tokens) runs in the slow tier, as one
-# batch: an ended launch leaves it, so it costs what its launches add up to (28 min in
-# bfloat16 with prefill, most of it the few longest kernels' tail).
-DEFAULT_BATCHES = {
-    "float32": [
-        "uniform_loop_zero_trips", "popc", "atomic_sub", "ffs", "laneid", "constant_lut",
-        "atomic_inc_dec", "cas_own", "shared_rotate", "vote_small", "guarded_store",
-        "narrow_stores",
-    ],
-    "bfloat16": [
-        "clz", "atomic_exch", "reverse_inplace", "predicated", "dot", "shfl_width2",
-        "dims_small",
-    ],
-}  # fmt: skip
+# The default run: the dot product alone (prefill and token by token), and every suite
+# kernel once, each in one of the four combinations of dtype and feeding (COMBINATIONS[k]
+# runs the kernels k, k + 4, ... of the suite sorted by length, so each combination gets
+# short and long ones); the slow tier runs every kernel in every combination. Address
+# traps have their own launches below. On 2 CPU cores the whole suite (about 27,000 EXEC
+# steps, 86,000 tokens) takes about 18 minutes per combination as one batch, most of it
+# the few longest kernels' tail (docs/protocol.md, "Batches").
+COMBINATIONS = [("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)]
+"""(dtype, prefill): the program fed in one prefill (the chunked DeltaNet path) or token by
+token (the recurrent path), in float32 and bfloat16."""
+COMBINATION_IDS = ["float32-prefill", "float32-tokens", "bfloat16-prefill", "bfloat16-tokens"]
 WARP_SIZE_TAGS = {
     "laneid", "warp_edges", "ballot", "any_all", "shfl_width", "shfl_up", "shfl_down",
 }  # fmt: skip
@@ -142,27 +133,38 @@ def _run_and_verify(backend, names: list[str], dtype: str, prefill: bool) -> lis
     return failed
 
 
-@pytest.mark.parametrize("dtype", list(DEFAULT_BATCHES))
-def test_suite_kernels_through_the_model(reduced, dtype, monkeypatch):
-    names = DEFAULT_BATCHES[dtype]
+@pytest.mark.parametrize(("dtype", "prefill"), COMBINATIONS, ids=COMBINATION_IDS)
+def test_every_suite_kernel_once_across_the_combinations(reduced, dtype, prefill, monkeypatch):
+    names = _fitting_cases(reduced.spec)
+    assert len(names) == len(suite.CASES)  # every suite kernel fits the machine
+    names = names[COMBINATIONS.index((dtype, prefill)) :: len(COMBINATIONS)]
     backend = reduced.get(dtype)
     jobs = _requests(backend.machine.spec, names)
     said: list[str] = []
     with monkeypatch.context() as patch:
-        if dtype == "float32":  # the model's results do not come from the interpreter
-            _forbid_the_interpreter(patch)
-        runs = backend.launch_many([j[0] for j in jobs], progress=said.append)
+        _forbid_the_interpreter(patch)  # the model's results do not come from it
+        runs = backend.launch_many([j[0] for j in jobs], prefill=prefill, progress=said.append)
+    failed = []
     for name, job, run in zip(names, jobs, runs, strict=True):
-        _verify(name, job, run, dtype)
-        program = job[0].program
         print(f"{name} ({dtype}): {len(run.generated)} tokens, {len(run.steps)} EXECs")
-        # progress every 16 EXECs and at the end, warps counted from the scheduler's state
-        mine = [line for line in said if line.startswith(f"{program.name}: ")]
-        assert len(mine) == 1 + len(run.steps) // 16, mine
-        case = CASES[name]
-        warps = -(-math.prod(case.block) // reduced.spec.lanes)
-        grid = math.prod(case.grid)
-        assert mine[-1].startswith(f"{program.name}: CTA {grid}/{grid}: {warps}/{warps}")
+        try:
+            _verify(name, job, run, dtype)
+        except (AssertionError, CheckFailed) as e:
+            failed.append(f"{name} ({dtype}): {e}")
+    assert not failed, "\n".join(failed)
+    # progress every 16 EXECs and at the end of each launch (launches of one kernel share
+    # its name), its last line with every warp done, read from the scheduler's state
+    for kernel in {job[0].program.name for job in jobs}:
+        mine = [line for line in said if line.startswith(f"{kernel}: ")]
+        launches = [
+            (n, r) for n, j, r in zip(names, jobs, runs, strict=True) if j[0].program.name == kernel
+        ]
+        assert len(mine) == sum(1 + len(r.steps) // 16 for _, r in launches), mine
+        if len(launches) == 1:
+            case = CASES[launches[0][0]]
+            warps = -(-math.prod(case.block) // reduced.spec.lanes)
+            grid = math.prod(case.grid)
+            assert mine[-1].startswith(f"{kernel}: CTA {grid}/{grid}: {warps}/{warps}")
 
 
 FAST_DECODE_BATCH = ["dot", "cas_own", "vote_small"]  # atomics, votes, a loop: short launches
@@ -267,6 +269,15 @@ def _forbid_the_interpreter(patch: pytest.MonkeyPatch) -> None:
 def _fitting_cases(spec) -> list[str]:
     """Suite cases the machine runs (at most 16 threads per CTA and 16 CTAs, every
     instruction supported, the program within the ROM), shortest first."""
+    if spec not in _fitting:
+        _fitting[spec] = _find_fitting_cases(spec)
+    return list(_fitting[spec])
+
+
+_fitting: dict[object, list[str]] = {}
+
+
+def _find_fitting_cases(spec) -> list[str]:
     from qwengpu.errors import ResourceError
     from qwengpu.machine.rom import MachineUnsupported, check_supported
 
@@ -290,10 +301,9 @@ def _batches(names: list[str], size: int = 128) -> list[list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("dtype", "prefill"), [("float32", True), ("bfloat16", False)])
-def test_every_fitting_suite_kernel(reduced, dtype, prefill):
+@pytest.mark.parametrize(("dtype", "prefill"), COMBINATIONS, ids=COMBINATION_IDS)
+def test_every_suite_kernel_in_every_combination(reduced, dtype, prefill):
     names = _fitting_cases(reduced.spec)
-    assert len(names) == len(suite.CASES)  # every suite kernel fits the machine
     failed = [
         f
         for batch in _batches(names)
