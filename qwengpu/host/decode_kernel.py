@@ -53,23 +53,16 @@ def recurrent_gated_delta_rule(
     """transformers' torch_recurrent_gated_delta_rule (same arguments, same results up to
     float32 summation order). A float32, contiguous `initial_state` is updated in place:
     the caller's cache holds the state it returns, as it does the reference's."""
-    from transformers.models.qwen3_5.modeling_qwen3_5 import l2norm
-
     out_dtype = query.dtype
-    batch, steps, k_heads, k_dim = key.shape
+    batch, steps, _, k_dim = key.shape
     v_heads, v_dim = value.shape[-2:]
-    if k_heads != v_heads:  # grouped values: each key head serves consecutive value heads
-        query = query.repeat_interleave(v_heads // k_heads, dim=2)
-        key = key.repeat_interleave(v_heads // k_heads, dim=2)
+    query, key = _grouped(query, key, v_heads)
     # [batch, heads, steps, dim] in float32, as the reference
     query, key, value, beta, g = (
         x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
         for x in (query, key, value, beta, g)
     )
-    if use_qk_l2norm_in_kernel:
-        query = l2norm(query, dim=-1, eps=1e-6)
-        key = l2norm(key, dim=-1, eps=1e-6)
-    query = query / (query.shape[-1] ** 0.5)
+    query, key = _normalized(query, key, use_qk_l2norm_in_kernel)
 
     if initial_state is None:
         state = value.new_zeros(batch, v_heads, k_dim, v_dim)
@@ -98,6 +91,30 @@ def recurrent_gated_delta_rule(
         )
     core_out = out.transpose(1, 2).contiguous().to(out_dtype)
     return core_out, state if output_final_state else None
+
+
+def _grouped(
+    query: torch.Tensor, key: torch.Tensor, v_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped values: each key head serves consecutive value heads (dim 2 holds heads)."""
+    k_heads = key.shape[2]
+    if k_heads == v_heads:
+        return query, key
+    group = v_heads // k_heads
+    return query.repeat_interleave(group, dim=2), key.repeat_interleave(group, dim=2)
+
+
+def _normalized(
+    query: torch.Tensor, key: torch.Tensor, l2: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference's float32 arithmetic: both L2-normalised (when asked), then the query
+    divided by sqrt(k_dim); both kernels share it, so their reads agree to the bit."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import l2norm
+
+    if l2:
+        query = l2norm(query, dim=-1, eps=1e-6)
+        key = l2norm(key, dim=-1, eps=1e-6)
+    return query / (query.shape[-1] ** 0.5), key
 
 
 def _delta_write(cells: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> None:
@@ -130,18 +147,11 @@ def sparse_rows_delta_rule(
     value heads, v_dim); beta: (batch, 1, value heads). Returns the output as `query`'s
     dtype, (batch, 1, value heads, v_dim). The circuit's memories (one-hot keys, two-hot
     queries, decay exactly 1) read and write one or two rows of 128 per head this way."""
-    from transformers.models.qwen3_5.modeling_qwen3_5 import l2norm
-
     out_dtype = query.dtype
-    batch, _, k_heads, k_dim = key.shape
-    v_heads = value.shape[2]
-    if k_heads != v_heads:
-        query = query.repeat_interleave(v_heads // k_heads, dim=2)
-        key = key.repeat_interleave(v_heads // k_heads, dim=2)
+    batch, v_heads = value.shape[0], value.shape[2]
+    query, key = _grouped(query, key, v_heads)
     query, key, value, beta = (x[:, 0].to(torch.float32) for x in (query, key, value, beta))
-    query = l2norm(query, dim=-1, eps=1e-6)  # as the dense kernel, in float32
-    key = l2norm(key, dim=-1, eps=1e-6)
-    query = query / (k_dim**0.5)
+    query, key = _normalized(query, key, True)
     k_rows, q_rows = (int(x.ne(0).sum(-1).max()) for x in (key, query))
     if max(k_rows, q_rows) > SPARSE_ROWS_MAX:
         return None

@@ -58,6 +58,12 @@ denser ones stay dense. The circuit's are far below it (its gates read a few doz
 residual's channels), the base model's far above."""
 
 
+def _sparse(weight: torch.Tensor) -> bool:
+    """Whether a live slice runs as a sparse product: some nonzeros, at most
+    SPARSE_DENSITY_MAX of its entries."""
+    return 0 < int(weight.count_nonzero()) <= SPARSE_DENSITY_MAX * weight.numel()
+
+
 class LiveLinear:
     """y = x W^T for a live slice W of a projection: a dense product, or for a sparse W a
     float32 CSR product over W's nonzero entries, rounded once to x's dtype. The dense
@@ -66,8 +72,7 @@ class LiveLinear:
 
     def __init__(self, weight: torch.Tensor) -> None:
         self.shape = tuple(weight.shape)
-        nonzero = int(weight.count_nonzero()) if weight.numel() else 0
-        self.sparse = 0 < nonzero <= SPARSE_DENSITY_MAX * weight.numel()
+        self.sparse = _sparse(weight)
         with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
             warnings.filterwarnings("ignore", "Sparse CSR", UserWarning)
             self.weight = weight.float().to_sparse_csr() if self.sparse else weight.contiguous()
@@ -134,7 +139,7 @@ class LiveDeltaNet:
         hidden = weight.shape[1]
         key_rows = weight[attn.key_dim : 2 * attn.key_dim].reshape(nk, dk * hidden)
         key_heads = _nonzero_rows(key_rows).nonzero().squeeze(1)
-        if len(key_heads) == nk and not LiveLinear(weight).sparse:
+        if len(key_heads) == nk and not _sparse(weight):
             return None  # every head, dense projections: the module's own forward
         group = nv // nk  # value heads served by one key head, consecutive
         heads = (key_heads[:, None] * group + torch.arange(group)).flatten()
@@ -165,10 +170,10 @@ class LiveDeltaNet:
     ) -> torch.Tensor:
         attn = self.module
         index = attn.layer_idx
-        fresh = cache is not None and not cache.is_recording_past(index)
-        has_state = fresh and cache.get_recurrent_state(index) is not None
-        conv_state = cache.get_conv_state(index) if fresh else None
-        if fresh and not has_state and conv_state is None:
+        cached = cache is not None and not cache.is_recording_past(index)
+        has_state = cached and cache.get_recurrent_state(index) is not None
+        conv_state = cache.get_conv_state(index) if cached else None
+        if cached and not has_state and conv_state is None:
             decode = False  # the first pass on an empty cache: a prefill from zero states
         elif has_state and conv_state is not None and hidden_states.shape[1] == 1:
             decode = True
@@ -212,12 +217,18 @@ class LiveDeltaNet:
         (unless _prefill_conv set them) and zero recurrent states; returns the latter."""
         attn = self.module
         if cache.get_conv_state(attn.layer_idx) is None:
-            channels = 2 * attn.key_dim + attn.value_dim
-            window = x.new_zeros(x.shape[0], channels, attn.conv_kernel_size)
-            cache.update_conv_state(window, attn.layer_idx)
+            self._zero_windows(cache, x)
         shape = (x.shape[0], attn.num_v_heads, attn.head_k_dim, attn.head_v_dim)
         cache.update_recurrent_state(x.new_zeros(shape, dtype=torch.float32), attn.layer_idx)
         return cache.get_recurrent_state(attn.layer_idx)
+
+    def _zero_windows(self, cache: Any, x: torch.Tensor) -> torch.Tensor:
+        """Zero conv windows for every channel of the layer, in the cache; returns them."""
+        attn = self.module
+        channels = 2 * attn.key_dim + attn.value_dim
+        window = x.new_zeros(x.shape[0], channels, attn.conv_kernel_size)
+        cache.update_conv_state(window, attn.layer_idx)
+        return cache.get_conv_state(attn.layer_idx)
 
     def _prefill_conv(self, cache: Any, mixed: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """The causal conv over a prefill's live channels, from a zero window, leaving the
@@ -225,11 +236,9 @@ class LiveDeltaNet:
         other channels' windows 0: nothing reads them)."""
         attn = self.module
         width = attn.conv_kernel_size
-        batch, _, steps = mixed.shape
-        channels = 2 * attn.key_dim + attn.value_dim
-        cache.update_conv_state(mixed.new_zeros(batch, channels, width), attn.layer_idx)
+        steps = mixed.shape[-1]
         padded = F.pad(mixed, (max(0, width - steps), 0))
-        cache.get_conv_state(attn.layer_idx)[:, self.channels] = padded[..., -width:]
+        self._zero_windows(cache, mixed)[:, self.channels] = padded[..., -width:]
         mixed = qwen3_5.causal_conv1d_fn(
             padded, self.conv, None, activation=attn.activation, **kwargs
         )
