@@ -145,8 +145,10 @@ def sparse_rows_delta_rule(
     write S += k delta^T changes only rows R, and q^T S sums over Q: the dense kernel's
     terms less exact zeros. query, key: (batch, 1, key heads, k_dim); value: (batch, 1,
     value heads, v_dim); beta: (batch, 1, value heads). Returns the output as `query`'s
-    dtype, (batch, 1, value heads, v_dim). The circuit's memories (one-hot keys, two-hot
-    queries, decay exactly 1) read and write one or two rows of 128 per head this way."""
+    dtype, (batch, 1, value heads, v_dim). The rows are gathered and written back by
+    flat index into `state` viewed as (cells, v_dim). The circuit's memories (one-hot
+    keys, two-hot queries, decay exactly 1) read and write one or two rows of 128 per head
+    this way."""
     out_dtype = query.dtype
     batch, v_heads = value.shape[0], value.shape[2]
     query, key = _grouped(query, key, v_heads)
@@ -155,24 +157,30 @@ def sparse_rows_delta_rule(
     k_rows, q_rows = (int(x.ne(0).sum(-1).max()) for x in (key, query))
     if max(k_rows, q_rows) > SPARSE_ROWS_MAX:
         return None
-    at_batch = torch.arange(batch, device=state.device)[:, None, None]
-    at_head = heads[None, :, None]
+    k_dim, v_dim = state.shape[-2:]
+    cells_of = state.view(-1, v_dim)  # every (batch, head, row) cell's row, in place
+    # the cell row of (b, heads[h], r) is (b * state heads + heads[h]) * k_dim + r
+    head_base = (
+        torch.arange(batch, device=state.device)[:, None] * state.shape[1] + heads[None, :]
+    ) * k_dim
 
     def nonzero_rows(x: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The `count` largest-magnitude entries of each head's vector (its nonzero ones,
-        padded with zeros at other rows): their rows and values."""
+        padded with zeros at other rows): their flat cell rows and values."""
         rows = x.abs().topk(count, dim=-1).indices
-        return rows, x.gather(-1, rows)
+        return (head_base[..., None] + rows).flatten(), x.gather(-1, rows)
 
     if k_rows:
-        rows, k = nonzero_rows(key, k_rows)
-        cells = state[at_batch, at_head, rows]  # (batch, heads, k_rows, v_dim)
+        at, k = nonzero_rows(key, k_rows)
+        cells = cells_of.index_select(0, at).view(*k.shape, v_dim)  # (batch, heads, rows, v)
         delta = (value - (k[..., None] * cells).sum(-2)) * beta[..., None]
-        state[at_batch, at_head, rows] = cells + k[..., None] * delta[:, :, None]
+        written = cells + k[..., None] * delta[:, :, None]
+        cells_of.index_copy_(0, at, written.view(-1, v_dim))
     if not q_rows:
-        return value.new_zeros(batch, 1, v_heads, value.shape[-1]).to(out_dtype)
-    rows, q = nonzero_rows(query, q_rows)
-    out = (q[..., None] * state[at_batch, at_head, rows]).sum(-2)
+        return value.new_zeros(batch, 1, v_heads, v_dim).to(out_dtype)
+    at, q = nonzero_rows(query, q_rows)
+    read = cells_of.index_select(0, at).view(*q.shape, v_dim)
+    out = (q[..., None] * read).sum(-2)
     return out[:, None].to(out_dtype)
 
 

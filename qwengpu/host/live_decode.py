@@ -18,6 +18,9 @@ block, forwards over that part only:
   touch one or two of 128), or on whole heads when they touch more.
 - Projections (LiveLinear): a live slice with few nonzero weights runs as a sparse
   product over them; the circuit's gates read a few dozen of the residual's channels.
+  The sparse projections of one input run as one stacked product (LiveLinears).
+- Conv windows: a decode pass updates the live channels' windows in place, as slices of
+  the cache's (one per contiguous run of channels), not gathered and scattered.
 - Full attention with all-zero k, v and o projections (every pass): the output is 0
   whatever the queries (the circuit's q_proj holds only its muted output gate); the
   layer's cache still grows by one zero key and value per token, as transformers' would
@@ -86,12 +89,33 @@ class LiveLinear:
         return out.reshape(*x.shape[:-1], self.shape[0])
 
 
+class LiveLinears:
+    """Several projections of one input: the sparse ones stacked into one CSR product (a
+    pass pays one product's overhead for all of them; a CSR product sums each output row
+    on its own, so stacking changes no output's terms or their order), the dense ones each
+    a LiveLinear. Calling it returns every projection's output, in the given order."""
+
+    def __init__(self, *weights: torch.Tensor) -> None:
+        self.sparse = [i for i, w in enumerate(weights) if _sparse(w)]
+        self.dense = {i: LiveLinear(w) for i, w in enumerate(weights) if i not in self.sparse}
+        self.widths = [weights[i].shape[0] for i in self.sparse]
+        self.stack = (
+            LiveLinear(torch.cat([weights[i] for i in self.sparse])) if self.sparse else None
+        )
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = {i: linear(x) for i, linear in self.dense.items()}
+        if self.stack is not None:
+            parts = torch.split(self.stack(x), self.widths, dim=-1)
+            out.update(zip(self.sparse, parts, strict=True))
+        return tuple(out[i] for i in range(len(out)))
+
+
 @dataclass
 class LiveMlp:
     """The neurons of a SwiGLU MLP whose gate, up and down weights are all nonzero."""
 
-    gate: LiveLinear
-    up: LiveLinear
+    gate_up: LiveLinears
     down: LiveLinear
     act: Any
     hidden: int
@@ -103,13 +127,31 @@ class LiveMlp:
         if bool(live.all()):
             return None  # nothing to skip: the module's own forward
         rows = live.nonzero().squeeze(1)
-        weights = gate[rows], up[rows], down[:, rows]
-        return cls(*map(LiveLinear, weights), mlp.act_fn, down.shape[0])
+        gate_up = LiveLinears(gate[rows], up[rows])
+        return cls(gate_up, LiveLinear(down[:, rows]), mlp.act_fn, down.shape[0])
+
+    @property
+    def neurons(self) -> int:
+        return self.down.shape[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate.shape[0] == 0:
+        if self.neurons == 0:
             return x.new_zeros(*x.shape[:-1], self.hidden)
-        return self.down(self.act(self.gate(x)) * self.up(x))
+        gate, up = self.gate_up(x)
+        return self.down(self.act(gate) * up)
+
+
+def _runs(channels: torch.Tensor) -> list[tuple[int, int, int]]:
+    """The contiguous runs of an ascending-by-run channel list, as (first, end, position in
+    the list): a decode pass updates each run's conv windows as a slice of the cache's, in
+    place (gathering and scattering the windows by index cost ten times more)."""
+    runs: list[tuple[int, int, int]] = []
+    for at, c in enumerate(channels.tolist()):
+        if runs and c == runs[-1][1]:
+            runs[-1] = (runs[-1][0], c + 1, runs[-1][2])
+        else:
+            runs.append((c, c + 1, at))
+    return runs
 
 
 @dataclass
@@ -120,11 +162,9 @@ class LiveDeltaNet:
     module: Any
     heads: torch.Tensor  # value heads
     channels: torch.Tensor  # their conv channels: q and k of their key heads, then v
-    qkv: LiveLinear
+    runs: list[tuple[int, int, int]]  # channels' contiguous runs: (first, end, at in channels)
+    inputs: LiveLinears  # their rows of the qkv, z, b and a projections of the input
     conv: torch.Tensor
-    z: LiveLinear
-    b: LiveLinear
-    a: LiveLinear
     A_log: torch.Tensor
     dt_bias: torch.Tensor
     out: LiveLinear
@@ -150,11 +190,14 @@ class LiveDeltaNet:
             module=attn,
             heads=heads,
             channels=channels,
-            qkv=LiveLinear(weight[channels]),
+            runs=_runs(channels),
+            inputs=LiveLinears(
+                weight[channels],
+                attn.in_proj_z.weight[v_channels],
+                attn.in_proj_b.weight[heads],
+                attn.in_proj_a.weight[heads],
+            ),
             conv=attn.conv1d.weight.squeeze(1)[channels],
-            z=LiveLinear(attn.in_proj_z.weight[v_channels]),
-            b=LiveLinear(attn.in_proj_b.weight[heads]),
-            a=LiveLinear(attn.in_proj_a.weight[heads]),
             A_log=attn.A_log[heads],
             dt_bias=attn.dt_bias[heads],
             out=LiveLinear(attn.out_proj.weight[:, v_channels]),
@@ -185,19 +228,30 @@ class LiveDeltaNet:
             if not decode:
                 self._zero_states(cache, x)
             return x.new_zeros(batch, steps, self.out.shape[0])
-        mixed = self.qkv(x).transpose(1, 2)  # (batch, live channels, steps)
-        if decode:
-            window = conv_state[:, self.channels]  # updated by the conv, then put back
-            mixed = qwen3_5.causal_conv1d_update(mixed, window, self.conv, None, attn.activation)
-            conv_state[:, self.channels] = window
+        mixed, z, b, a = self.inputs(x)
+        mixed = mixed.transpose(1, 2)  # (batch, live channels, steps)
+        if decode:  # each run's windows updated in place, a view of the cache's
+            mixed = torch.cat(
+                [
+                    qwen3_5.causal_conv1d_update(
+                        mixed[:, at : at + end - first],
+                        conv_state[:, first:end],
+                        self.conv[at : at + end - first],
+                        None,
+                        attn.activation,
+                    )
+                    for first, end, at in self.runs
+                ],
+                dim=1,
+            )
         else:
             mixed = self._prefill_conv(cache, mixed, **kwargs)
         query, key, value = torch.split(mixed.transpose(1, 2), self.split, dim=-1)
         query = query.reshape(batch, steps, -1, attn.head_k_dim)
         key = key.reshape(batch, steps, -1, attn.head_k_dim)
         value = value.reshape(batch, steps, -1, attn.head_v_dim)
-        beta = self.b(x).sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(self.a(x).float() + self.dt_bias)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
 
         if decode:
             core = self._decode_rule(cache.get_recurrent_state(index), query, key, value, g, beta)
@@ -208,7 +262,7 @@ class LiveDeltaNet:
             )  # fmt: skip
             self._zero_states(cache, x)[:, self.heads] = cells
 
-        z = self.z(x).reshape(-1, attn.head_v_dim)
+        z = z.reshape(-1, attn.head_v_dim)
         core = attn.norm(core.reshape(-1, attn.head_v_dim), z).reshape(batch, steps, -1)
         return self.out(core)
 

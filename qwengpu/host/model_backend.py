@@ -193,13 +193,17 @@ class ModelBackend:
     ) -> list[ModelLaunch]:
         """Run independent launches as one batch (one sequence each, like CUDA streams):
         every forward pass advances all of them, so the weights are read once per step for
-        the whole batch. In one prefill, shorter prompts are left-padded with a text token,
-        which the circuit ignores (muted: it writes no state); fed token by token, each row
+        the whole batch. In a prefill, prompts of similar lengths share a forward, the
+        shorter ones left-padded with a text token and masked (the base's attention skips
+        it, its DeltaNets read zeros; the circuit is muted on text anyway); fed token by
+        token, each row
         reads its own prompt from the first pass and starts writing when it has read it
         all, so no row waits on padding. A launch that ends has its states read and its
         row dropped from the cache, so the passes after it are the smaller batch's. Arrays
         in each request's args get their results."""
         import torch
+
+        from qwengpu.host.batch_cache import drop_rows
 
         if not requests:
             return []
@@ -213,24 +217,25 @@ class ModelBackend:
         device = model.device
         fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext()
         with torch.no_grad(), fast:
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=model.config)
-            if prefill:  # every prompt in one forward, the shorter ones left-padded
-                width = max(map(len, prompts))
-                rows = [[PAD_TEXT_TOKEN] * (width - len(p)) + p for p in prompts]
+            if prefill:  # every prompt in a prefill, grouped by length, left-padded
+                cache, running, mask, logits = self._prefill(prompts)
                 fed = [len(p) for p in prompts]
-                ids = torch.tensor(rows, device=device)
             else:  # one token per forward from the first: no padding, each row its own
+                from transformers import DynamicCache
+
+                cache, running, mask = (
+                    DynamicCache(config=model.config),
+                    list(range(len(jobs))),
+                    None,
+                )
                 fed = [1] * len(jobs)
                 ids = torch.tensor([p[:1] for p in prompts], device=device)
-            out = model(input_ids=ids, cache=cache, use_cache=True)
+                logits = model(input_ids=ids, cache=cache, use_cache=True).logits[:, -1]
             # greedy decoding, one token per forward with the cache (the recurrent path);
             # running[r] is the job in cache row r; a row whose prompt is not all fed
             # (fed[b] tokens so far) takes its next prompt token, not the model's
-            running = list(range(len(jobs)))
             while True:
-                picks = out.logits[:, -1].argmax(-1).tolist()
+                picks = logits.argmax(-1).tolist()
                 for b, next_id in zip(running, picks, strict=True):
                     if fed[b] == len(prompts[b]):
                         self._take(jobs[b], next_id, end_id, budget)
@@ -241,19 +246,21 @@ class ModelBackend:
                     states = self.recurrent_states(cache, ended)
                     for k, r in enumerate(ended):
                         final[running[r]] = {i: s[k : k + 1] for i, s in states.items()}
-                    kept = [r for r, b in enumerate(running) if not jobs[b].done]
-                    if not kept:
+                    if len(ended) == len(running):
                         break
-                    cache.reorder_cache(torch.tensor(kept, device=device))
-                    running = [running[r] for r in kept]
+                    order = drop_rows(cache, ended, len(running))
+                    running = [running[r] for r in order]
+                    mask = None if mask is None else mask[order]
                 step = []
                 for b in running:
                     loading = fed[b] < len(prompts[b])
                     step.append([prompts[b][fed[b]] if loading else jobs[b].last_id])
                     fed[b] += loading
-                out = model(
-                    input_ids=torch.tensor(step, device=device), cache=cache, use_cache=True
-                )
+                if mask is not None:  # the prefills' padding stays hidden
+                    mask = torch.cat([mask, mask.new_ones(len(running), 1)], dim=1)
+                ids = torch.tensor(step, device=device)
+                out = model(input_ids=ids, cache=cache, use_cache=True, attention_mask=mask)
+                logits = out.logits[:, -1]
         seconds = time.perf_counter() - start
         for b, job in enumerate(jobs):  # a trap fails the batch before any copy-back
             if job.generated[-1].kind == "TRAP":
@@ -276,6 +283,47 @@ class ModelBackend:
                 )
             )
         return launches
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, list[int], Any, Any]:
+        """Every prompt in a prefill (the chunked DeltaNet path): the prompts grouped by
+        length (prefill_groups), each group one forward with its shorter prompts left-padded
+        and masked, the groups' caches joined into one batch. Returns the cache, the prompt
+        of each cache row, the padding mask (1 on real tokens; None without padding) and
+        each row's last logits."""
+        import torch
+        from transformers import DynamicCache
+
+        from qwengpu.host.batch_cache import join_left_padded
+
+        device = self.model.device
+        width = max(map(len, prompts))
+        caches, masks, logits, running = [], [], [], []
+        for group in prefill_groups([len(p) for p in prompts]):
+            longest = len(prompts[group[0]])
+            ids = [[PAD_TEXT_TOKEN] * (longest - len(prompts[b])) + prompts[b] for b in group]
+            mask = torch.tensor(
+                [[0] * (width - len(prompts[b])) + [1] * len(prompts[b]) for b in group],
+                device=device,
+            )
+            cache = DynamicCache(config=self.model.config)
+            # the positions the group's tokens have in the joined batch (the widest
+            # prefill's), so the base's rotary keys agree with the queries that follow
+            positions = torch.arange(width - longest, width, device=device)
+            out = self.model(
+                input_ids=torch.tensor(ids, device=device),
+                attention_mask=mask[:, width - longest :],
+                position_ids=positions.expand(len(group), -1),
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,  # a prefill's other logits: (rows, width, vocab) unread
+            )
+            caches.append(cache)
+            masks.append(mask)
+            logits.append(out.logits[:, -1])
+            running += group
+        cache = join_left_padded(caches) if len(caches) > 1 else caches[0]
+        mask = torch.cat(masks)
+        return cache, running, None if bool(mask.all()) else mask, torch.cat(logits)
 
     @contextlib.contextmanager
     def _cpu_decode(self) -> Iterator[None]:
@@ -427,6 +475,24 @@ class ModelBackend:
         """Final memory words of one sequence, from the first copy of the memory in the
         recurrent states (`recurrent_states(cache)`)."""
         return _words(self.machine.compiled.memory_rows(states, "mem0")[batch])
+
+
+PREFILL_FILL = 0.75
+"""A prefill group's shortest prompt is at least this fraction of its longest: at most a
+quarter of a group's positions are padding (the suite's prompts, 90 to 558 tokens, padded
+to the longest as one group, were 60% padding), at the cost of one forward per group."""
+
+
+def prefill_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """The prompts (by index) in groups for prefilling, longest first: a prompt joins the
+    current group while it is at least PREFILL_FILL of the group's longest."""
+    groups: list[list[int]] = []
+    for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
+        if groups and lengths[b] >= PREFILL_FILL * lengths[groups[-1][0]]:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
 
 
 def _words(rows: np.ndarray) -> list[int]:

@@ -16,6 +16,7 @@ from qwengpu.circuit.geometry import TINY  # noqa: E402
 from qwengpu.host.live_decode import (  # noqa: E402
     LiveDeltaNet,
     LiveLinear,
+    LiveLinears,
     LiveMlp,
     LiveParts,
     SilentAttention,
@@ -100,8 +101,8 @@ def test_live_parts_are_what_the_weights_leave():
     layers = model.model.layers
     live = LiveParts.of(model)
     mlp = LiveMlp.of(layers[0].mlp)
-    assert mlp.gate.shape[0] == TINY.intermediate - 300
-    assert LiveMlp.of(layers[2].mlp).gate.shape[0] == 0
+    assert mlp.neurons == TINY.intermediate - 300
+    assert LiveMlp.of(layers[2].mlp).neurons == 0
     assert LiveMlp.of(layers[3].mlp) is None  # dense: the module's own forward
     heads = LiveDeltaNet.of(layers[1].linear_attn).heads.tolist()
     assert heads == [0, 2]
@@ -146,6 +147,15 @@ def test_a_sparse_projection_sums_the_dense_products_terms(dtype):
     dense = LiveLinear(torch.randn(40, 256, generator=gen).to(dtype))
     assert not dense.sparse
     assert not LiveLinear(torch.zeros(0, 256)).sparse  # no rows: nothing to run
+    # projections of one input: the sparse ones stacked into one product, each output
+    # to the bit of its own product; a dense one on its own
+    top, bottom, dense_w = weight[:15].to(dtype), weight[15:].to(dtype), dense.weight
+    parts = LiveLinears(top, dense_w, bottom)
+    assert parts.sparse == [0, 2] and list(parts.dense) == [1]
+    got = parts(x)
+    assert len(got) == 3
+    for out, w in zip(got, (top, dense_w, bottom), strict=True):
+        assert torch.equal(out, LiveLinear(w)(x))
 
 
 def test_a_layer_with_every_head_live_but_sparse_projections_runs_live():
@@ -159,4 +169,4 @@ def test_a_layer_with_every_head_live_but_sparse_projections_runs_live():
         qkv.mul_(torch.rand_like(qkv) < 0.01)
     live = LiveDeltaNet.of(attn)
     assert live is not None and live.heads.tolist() == list(range(attn.num_v_heads))
-    assert live.qkv.sparse
+    assert live.inputs.sparse == [0]  # the qkv rows

@@ -57,3 +57,16 @@ def test_the_in_memory_model_goes_to_the_device_asked_for(monkeypatch):
     backend = default_backend("bfloat16", "0.8b", "meta")
     assert backend.model.weight.device.type == "meta" and backend.machine is machine
     assert default_backend("bfloat16", "0.8b", "meta") is backend and built == [torch.bfloat16]
+
+
+def test_prefill_groups_bound_the_padding():
+    """Longest first; a prompt joins a group while it is at least PREFILL_FILL of the
+    group's longest, so no group is more than a quarter padding."""
+    from qwengpu.host.model_backend import PREFILL_FILL, prefill_groups
+
+    lengths = [100, 558, 420, 419, 90, 300, 558]
+    groups = prefill_groups(lengths)
+    assert groups == [[1, 6, 2, 3], [5], [0, 4]]
+    for group in groups:
+        assert min(lengths[b] for b in group) >= PREFILL_FILL * lengths[group[0]]
+    assert prefill_groups([]) == [] and prefill_groups([5]) == [[0]]

@@ -18,7 +18,7 @@ import pytest
 from qwengpu import api
 from qwengpu.errors import LaunchError, TrapError
 from qwengpu.host.check import CheckFailed, check_launch
-from qwengpu.host.model_backend import LaunchRequest
+from qwengpu.host.model_backend import LaunchRequest, prefill_groups
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 
@@ -225,12 +225,17 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
         batch_sizes.clear()
         runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=prefill)
         states[fast] = list(reads)
-        # an ended launch leaves the batch: its row is read, then dropped from the cache
-        assert batch_sizes[0] == len(jobs) and batch_sizes[-1] == 1
-        assert batch_sizes == sorted(batch_sizes, reverse=True)
+        # the first passes: the prefill's groups of similar lengths, or every row's first
+        # token; then an ended launch leaves the batch (its row read, then dropped)
+        lengths = [r.prompt_tokens for r in runs[fast]]
+        first = [len(g) for g in prefill_groups(lengths)] if prefill else [len(jobs)]
+        decode = batch_sizes[len(first) :]
+        assert batch_sizes[: len(first)] == first and sum(first) == len(jobs)
+        assert decode[0] == len(jobs) and decode[-1] == 1
+        assert decode == sorted(decode, reverse=True)
         # no pass wasted on padding: token by token, each row starts on its own prompt
         fed = 0 if prefill else 1  # prompt tokens past the first pass's, per generated one
-        assert len(batch_sizes) == max(
+        assert len(batch_sizes) == len(first) - 1 + max(
             len(r.generated) + fed * (r.prompt_tokens - 1) for r in runs[fast]
         )
         assert bool(calls) == fast  # the decode passes ran qwengpu's kernel, or never
