@@ -40,7 +40,7 @@ DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 # runs the kernels k, k + 4, ... of the suite sorted by length, so each combination gets
 # short and long ones); the slow tier runs every kernel in every combination. Address
 # traps have their own launches below. On 2 CPU cores the whole suite (about 27,000 EXEC
-# steps, 86,000 tokens) takes about 18 minutes per combination as one batch, most of it
+# steps, 86,000 tokens) takes about 16 minutes per combination (bfloat16) as one batch, most of it
 # the few longest kernels' tail (docs/protocol.md, "Batches").
 COMBINATIONS = [("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)]
 """(dtype, prefill): the program fed in one prefill (the chunked DeltaNet path) or token by
