@@ -188,25 +188,30 @@ class ModelBackend:
         requests: Sequence[LaunchRequest],
         *,
         max_steps: int | None = None,
-        prefill: bool = True,
+        prefill: bool | Sequence[bool] = True,
         progress: Callable[[str], None] | None = None,
     ) -> list[ModelLaunch]:
         """Run independent launches as one batch (one sequence each, like CUDA streams):
         every forward pass advances all of them, so the weights are read once per step for
-        the whole batch. In a prefill, prompts of similar lengths share a forward, the
+        the whole batch. `prefill` says, for every request or for each, how its load
+        tokens go in: all in the first forward (the chunked DeltaNet path), or one per
+        forward (the recurrent path). The first forwards take each row's whole prompt, or
+        its first token, grouped by length: rows of similar lengths share a forward, the
         shorter ones left-padded with a text token and masked (the base's attention skips
-        it, its DeltaNets read zeros; the circuit is muted on text anyway); fed token by
-        token, each row
-        reads its own prompt from the first pass and starts writing when it has read it
-        all, so no row waits on padding. A launch that ends has its states read and its
-        row dropped from the cache, so the passes after it are the smaller batch's. Arrays
-        in each request's args get their results."""
+        it, its DeltaNets read zeros; the circuit is muted on text anyway). From then on
+        each row reads the rest of its own prompt, one token per pass, and starts writing
+        when it has read it all, so no row waits on another's. A launch that ends has its
+        states read and its row dropped from the cache, so the passes after it are the
+        smaller batch's. Arrays in each request's args get their results."""
         import torch
 
-        from qwengpu.host.batch_cache import drop_rows
+        from qwengpu.host.batch_cache import drop_rows, with_room_to_grow
 
         if not requests:
             return []
+        feeds = [prefill] * len(requests) if isinstance(prefill, bool) else list(prefill)
+        if len(feeds) != len(requests):
+            raise ArgError(f"launch_many: {len(requests)} requests but {len(feeds)} prefill flags")
         jobs = [self._prepare(r) for r in requests]
         budget = max_steps if max_steps is not None else self.machine.spec.max_steps
         end_id = self.ids([token("END")])[0]
@@ -215,22 +220,14 @@ class ModelBackend:
         start = time.perf_counter()
         model = self.model
         device = model.device
-        fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext()
-        with torch.no_grad(), fast:
-            if prefill:  # every prompt in a prefill, grouped by length, left-padded
-                cache, running, mask, logits = self._prefill(prompts)
-                fed = [len(p) for p in prompts]
-            else:  # one token per forward from the first: no padding, each row its own
-                from transformers import DynamicCache
-
-                cache, running, mask = (
-                    DynamicCache(config=model.config),
-                    list(range(len(jobs))),
-                    None,
-                )
-                fed = [1] * len(jobs)
-                ids = torch.tensor([p[:1] for p in prompts], device=device)
-                logits = model(input_ids=ids, cache=cache, use_cache=True).logits[:, -1]
+        fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext(False)
+        with torch.no_grad(), fast as cpu_path:
+            # the first forwards: each row's whole prompt, or its first token
+            heads = [p if whole else p[:1] for p, whole in zip(prompts, feeds, strict=True)]
+            cache, running, mask, logits = self._prefill(heads)
+            if cpu_path:  # the base's keys and values extended in place, not concatenated
+                with_room_to_grow(cache)
+            fed = [len(h) for h in heads]
             # greedy decoding, one token per forward with the cache (the recurrent path);
             # running[r] is the job in cache row r; a row whose prompt is not all fed
             # (fed[b] tokens so far) takes its next prompt token, not the model's
@@ -285,11 +282,12 @@ class ModelBackend:
         return launches
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[Any, list[int], Any, Any]:
-        """Every prompt in a prefill (the chunked DeltaNet path): the prompts grouped by
-        length (prefill_groups), each group one forward with its shorter prompts left-padded
-        and masked, the groups' caches joined into one batch. Returns the cache, the prompt
-        of each cache row, the padding mask (1 on real tokens; None without padding) and
-        each row's last logits."""
+        """The rows' first forwards onto an empty cache (the chunked DeltaNet path): the
+        prompts (whole, or a token-by-token row's first token) grouped by length
+        (prefill_groups), each group one forward with its shorter prompts left-padded and
+        masked, the groups' caches joined into one batch. Returns the cache, the prompt of
+        each cache row, the padding mask (1 on real tokens; None without padding) and each
+        row's last logits."""
         import torch
         from transformers import DynamicCache
 
@@ -326,19 +324,20 @@ class ModelBackend:
         return cache, running, None if bool(mask.all()) else mask, torch.cat(logits)
 
     @contextlib.contextmanager
-    def _cpu_decode(self) -> Iterator[None]:
-        """qwengpu's decode kernel and the layers' live-part forwards, on the CPU only."""
+    def _cpu_decode(self) -> Iterator[bool]:
+        """qwengpu's decode kernel and the layers' live-part forwards, on the CPU only;
+        yields whether they are installed."""
         from qwengpu.host import decode_kernel  # needs torch, as the model does
         from qwengpu.host.live_decode import LiveParts
 
         with decode_kernel.installed(self.model) as on_cpu:
             if not on_cpu:
-                yield
+                yield False
                 return
             if self.live_parts is None:  # found once: the weights do not change
                 self.live_parts = LiveParts.of(self.model)
             with self.live_parts.installed():
-                yield
+                yield True
 
     def _trap_message(self, job: _Job, states: dict[int, np.ndarray]) -> str:
         """The interpreter's words for the address trap the model ended a launch with: the

@@ -1,6 +1,7 @@
 """Batch surgery on transformers' cache (host.batch_cache): dropping ended rows in place,
-and joining prefills of different widths into one left-padded batch, checked against
-transformers' own reorder and one padded prefill on a small random Qwen3.5."""
+joining prefills of different widths into one left-padded batch, and attention caches
+extended in place, checked against transformers' own reorder, one padded prefill and
+DynamicLayer's concatenation on a small random Qwen3.5."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
 from transformers import DynamicCache  # noqa: E402
 
 from qwengpu.circuit.geometry import TINY  # noqa: E402
-from qwengpu.host.batch_cache import drop_rows, join_left_padded  # noqa: E402
+from qwengpu.host.batch_cache import (  # noqa: E402
+    ROOM_MIN,
+    GrowingLayer,
+    drop_rows,
+    join_left_padded,
+    with_room_to_grow,
+)
 
 LAYERS = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
 
@@ -138,3 +145,49 @@ def test_joining_keeps_a_broadcast_row_broadcast():
         cache.layers[3].keys = cache.layers[3].values = keys
     joined = join_left_padded(caches).layers[3]
     assert joined.keys[:, 0, :, 0].tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_a_growing_layer_holds_what_concatenation_would():
+    """Keys and values extended in place (GrowingLayer) equal DynamicLayer's concatenated
+    ones through a regrowth and a drop of rows, and a pass within the room copies nothing
+    (the buffers stay where they were)."""
+    from transformers.cache_utils import DynamicLayer
+
+    gen = torch.Generator().manual_seed(2)
+    reference, layer = DynamicLayer(), DynamicLayer()
+    prefill = torch.randn(2, 4, 3, 2, 8, generator=gen)  # (k/v, rows, heads, positions, dim)
+    for cache in (reference, layer):
+        cache.update(prefill[0], prefill[1])
+    layer = GrowingLayer(layer)
+    rows, passes = 4, ROOM_MIN + 10  # past the first buffers' room
+    buffers = []
+    for n in range(passes):
+        if n == 5:  # rows 1 and 3 end: drop_rows's move and cut, and the reference's
+            cache = DynamicCache(config=TINY.text_config(LAYERS, vocab_size=64))
+            cache.layers = [layer]
+            order = drop_rows(cache, [1, 3], rows)
+            reference.batch_select_indices(torch.tensor(order))
+            rows = 2
+        kv = torch.randn(2, rows, 3, 1, 8, generator=gen)
+        want = reference.update(kv[0], kv[1])
+        got = layer.update(kv[0], kv[1])
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True)), n
+        assert layer.get_seq_length() == reference.get_seq_length() == 2 + n + 1
+        buffers.append(layer.keys.data_ptr())
+    assert len(set(buffers)) == 2  # grown once, after the first buffers' room ran out
+
+
+def test_only_stored_attention_keys_get_room_to_grow():
+    """with_room_to_grow turns the layers with real keys into GrowingLayers; DeltaNet layers
+    and broadcast (silent) attention layers stay as they are."""
+    config = TINY.text_config(LAYERS * 2, vocab_size=64)
+    cache = DynamicCache(config=config)
+    keys = torch.randn(2, 1, 3, 16)
+    cache.update(keys, keys, 3)  # a base attention layer
+    zero = torch.zeros(2, 1, 1, 16)
+    cache.update(zero, zero, 7)
+    cache.layers[7].keys = cache.layers[7].values = zero.expand(-1, -1, 3, -1)
+    kinds = [type(layer) for layer in cache.layers]
+    with_room_to_grow(cache)
+    assert type(cache.layers[3]) is GrowingLayer and torch.equal(cache.layers[3].keys, keys)
+    assert [type(layer) for i, layer in enumerate(cache.layers) if i != 3] == kinds[:3] + kinds[4:]

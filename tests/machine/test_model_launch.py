@@ -36,16 +36,15 @@ CASES = {c.name: c for c in suite.CASES}
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
 
 # The default run: the dot product alone (prefill and token by token), and every suite
-# kernel once, each in one of the four combinations of dtype and feeding (COMBINATIONS[k]
-# runs the kernels k, k + 4, ... of the suite sorted by length, so each combination gets
-# short and long ones); the slow tier runs every kernel in every combination. Address
-# traps have their own launches below. On 2 CPU cores the whole suite (about 27,000 EXEC
-# steps, 86,000 tokens) takes about 16 minutes per combination (bfloat16) as one batch, most of it
-# the few longest kernels' tail (docs/protocol.md, "Batches").
-COMBINATIONS = [("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)]
-"""(dtype, prefill): the program fed in one prefill (the chunked DeltaNet path) or token by
-token (the recurrent path), in float32 and bfloat16."""
-COMBINATION_IDS = ["float32-prefill", "float32-tokens", "bfloat16-prefill", "bfloat16-tokens"]
+# kernel in both dtypes and both feedings (its program fed in one prefill, the chunked
+# DeltaNet path, or token by token, the recurrent path): one batch per dtype, the kernels
+# k = 0, 2, 4, ... of the suite sorted by length fed in one prefill in float32 and token by
+# token in bfloat16, the others the other way round, so each of the four combinations runs
+# half the suite, short and long kernels alike. The slow tier runs every kernel in all
+# four. Address traps have their own launches below. On 2 CPU cores one batch of the suite
+# (about 27,000 EXEC steps, 86,000 tokens) takes about 6 minutes in bfloat16 and 8 in
+# float32 (docs/protocol.md, "Batches").
+DTYPES = ["float32", "bfloat16"]
 WARP_SIZE_TAGS = {
     "laneid", "warp_edges", "ballot", "any_all", "shfl_width", "shfl_up", "shfl_down",
 }  # fmt: skip
@@ -116,52 +115,60 @@ def _verify(name: str, job: tuple[LaunchRequest, list, list], run, dtype: str) -
                 assert np.array_equal(got, np.asarray(answer).astype(got.dtype)), name
 
 
-def _run_and_verify(backend, names: list[str], dtype: str, prefill: bool) -> list[str]:
-    """Launch `names` as one batch and verify each; the failures, one line per kernel (a
-    batch that fails as a whole, a runaway or a trap, in one line)."""
-    jobs = _requests(backend.machine.spec, names)
-    try:
-        runs = backend.launch_many([j[0] for j in jobs], prefill=prefill)
-    except (LaunchError, TrapError) as e:
-        return [f"batch {names}: {e}"]
+def _feeding(prefill: bool) -> str:
+    return "prefill" if prefill else "token by token"
+
+
+def _launch_all(backend, launches: list[tuple[str, bool]], jobs, progress=None) -> list:
+    """The launches, (kernel name, prefill) each, as one batch (their jobs from _requests):
+    their runs."""
+    prefill = [p for _, p in launches]
+    return backend.launch_many([j[0] for j in jobs], prefill=prefill, progress=progress)
+
+
+def _failures(launches, jobs, runs, dtype: str) -> list[str]:
+    """Each launch verified (_verify): the failures, one line per launch."""
     failed = []
-    for name, job, run in zip(names, jobs, runs, strict=True):
+    for (name, prefill), job, run in zip(launches, jobs, runs, strict=True):
+        label = f"{dtype}, {_feeding(prefill)}"
+        print(f"{name} ({label}): {len(run.generated)} tokens, {len(run.steps)} EXECs")
         try:
-            _verify(name, job, run, dtype)
+            _verify(name, job, run, label)
         except (AssertionError, CheckFailed) as e:
-            failed.append(f"{name} ({dtype}): {e}")
+            failed.append(f"{name} ({label}): {e}")
     return failed
 
 
-@pytest.mark.parametrize(("dtype", "prefill"), COMBINATIONS, ids=COMBINATION_IDS)
-def test_every_suite_kernel_once_across_the_combinations(reduced, dtype, prefill, monkeypatch):
+def _both_feedings(names: list[str]) -> list[tuple[str, bool]]:
+    return [(name, prefill) for prefill in (True, False) for name in names]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)  # bfloat16 last: the bit-for-bit test below uses it
+def test_every_suite_kernel_in_both_dtypes_and_both_feedings(reduced, dtype, monkeypatch):
     names = _fitting_cases(reduced.spec)
     assert len(names) == len(suite.CASES)  # every suite kernel fits the machine
-    names = names[COMBINATIONS.index((dtype, prefill)) :: len(COMBINATIONS)]
+    first = dtype == "float32"  # kernels 0, 2, ... in one prefill in float32
+    launches = [(name, (k % 2 == 0) == first) for k, name in enumerate(names)]
     backend = reduced.get(dtype)
-    jobs = _requests(backend.machine.spec, names)
+    jobs = _requests(backend.machine.spec, [name for name, _ in launches])
     said: list[str] = []
     with monkeypatch.context() as patch:
         _forbid_the_interpreter(patch)  # the model's results do not come from it
-        runs = backend.launch_many([j[0] for j in jobs], prefill=prefill, progress=said.append)
-    failed = []
-    for name, job, run in zip(names, jobs, runs, strict=True):
-        print(f"{name} ({dtype}): {len(run.generated)} tokens, {len(run.steps)} EXECs")
-        try:
-            _verify(name, job, run, dtype)
-        except (AssertionError, CheckFailed) as e:
-            failed.append(f"{name} ({dtype}): {e}")
+        runs = _launch_all(backend, launches, jobs, said.append)
+    failed = _failures(launches, jobs, runs, dtype)
     assert not failed, "\n".join(failed)
     # progress every 16 EXECs and at the end of each launch (launches of one kernel share
     # its name), its last line with every warp done, read from the scheduler's state
     for kernel in {job[0].program.name for job in jobs}:
         mine = [line for line in said if line.startswith(f"{kernel}: ")]
-        launches = [
-            (n, r) for n, j, r in zip(names, jobs, runs, strict=True) if j[0].program.name == kernel
+        ran = [
+            (n, r)
+            for (n, _), j, r in zip(launches, jobs, runs, strict=True)
+            if j[0].program.name == kernel
         ]
-        assert len(mine) == sum(1 + len(r.steps) // 16 for _, r in launches), mine
-        if len(launches) == 1:
-            case = CASES[launches[0][0]]
+        assert len(mine) == sum(1 + len(r.steps) // 16 for _, r in ran), mine
+        if len({n for n, _ in ran}) == 1:  # one case: one geometry
+            case = CASES[ran[0][0]]
             warps = -(-math.prod(case.block) // reduced.spec.lanes)
             grid = math.prod(case.grid)
             assert mine[-1].startswith(f"{kernel}: CTA {grid}/{grid}: {warps}/{warps}")
@@ -301,33 +308,34 @@ def _find_fitting_cases(spec) -> list[str]:
     return sorted(steps, key=steps.get)
 
 
-def _batches(names: list[str], size: int = 128) -> list[list[str]]:
-    return [names[i : i + size] for i in range(0, len(names), size)]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("dtype", "prefill"), COMBINATIONS, ids=COMBINATION_IDS)
-def test_every_suite_kernel_in_every_combination(reduced, dtype, prefill):
-    names = _fitting_cases(reduced.spec)
-    failed = [
-        f
-        for batch in _batches(names)
-        for f in _run_and_verify(reduced.get(dtype), batch, dtype, prefill)
-    ]
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_suite_kernel_in_every_combination(reduced, dtype):
+    launches = _both_feedings(_fitting_cases(reduced.spec))
+    jobs = _requests(reduced.spec, [name for name, _ in launches])
+    failed = _failures(launches, jobs, _launch_all(reduced.get(dtype), launches, jobs), dtype)
     assert not failed, "\n".join(failed)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_the_full_machine_on_the_2b_geometry(full, dtype):
     backend = full.get(dtype)
     _dot(backend, dtype, prefill=dtype == "float32")
-    names = _fitting_cases(full.spec)[:FULL_MIN_CASES]
-    prefill = dtype == "float32"
-    failed = [
-        f for batch in _batches(names) for f in _run_and_verify(backend, batch, dtype, prefill)
-    ]
+    launches = _both_feedings(_fitting_cases(full.spec)[:FULL_MIN_CASES])
+    jobs = _requests(full.spec, [name for name, _ in launches])
+    failed = _failures(launches, jobs, _launch_all(backend, launches, jobs), dtype)
     assert not failed, "\n".join(failed)
+
+
+def test_launch_many_takes_a_feeding_per_request(reduced):
+    from qwengpu.errors import ArgError
+
+    backend = reduced.get("bfloat16")  # the dtype the tests above left built
+    program = api.compile(DOT, spec=reduced.spec)
+    request = LaunchRequest(program, 1, 4, _dot_args())
+    with pytest.raises(ArgError, match="2 requests but 1 prefill flags"):
+        backend.launch_many([request, request], prefill=[True])
 
 
 def _dot_run_to_corrupt(reduced, program):
@@ -389,8 +397,6 @@ TRAP = """extern "C" __global__ void poke(unsigned* p, int stride)
 
 @pytest.mark.parametrize("stride", [2, 600], ids=["misaligned", "outside"])
 def test_an_illegal_address_traps_as_in_the_interpreter(reduced, stride):
-    from qwengpu.errors import TrapError
-
     program = api.compile(TRAP, spec=reduced.spec)
     with pytest.raises(TrapError) as expected:  # thread 1's address is the bad one
         api.launch(program, 1, 2, [np.zeros(4, np.uint32), np.int32(stride)])
@@ -426,8 +432,6 @@ def test_the_2b_layout_alone_matches_the_compiled_machine(full):
 
 
 def test_a_runaway_launch_ends_at_its_step_budget(reduced):
-    from qwengpu.errors import LaunchError
-
     src = 'extern "C" __global__ void spin(volatile int* a) { while (a[0] == 0) { a[1]++; } }'
     program = api.compile(src, spec=reduced.spec)
     budget = r"launch of 'spin' ran past its step budget of 8 EXEC steps"
@@ -438,7 +442,6 @@ def test_a_runaway_launch_ends_at_its_step_budget(reduced):
 def test_a_launch_without_exec_tokens_ends_with_a_clear_error(reduced):
     """A model that stops writing EXECs (say, one write-back token forever) fails as soon
     as it passes the most any step writes back, not after the whole step budget."""
-    from qwengpu.errors import LaunchError
     from qwengpu.host.model_backend import _Job, tokens_between_execs
     from qwengpu.machine.tokens import token
 
