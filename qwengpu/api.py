@@ -78,18 +78,21 @@ def launch(
     dtype: str = "float32",
     model: Any = None,
     progress: Any = None,
+    prefill: bool = True,
 ) -> LaunchResult:
     """Run one launch; arrays in `args` are updated in place with their final contents.
 
     backend "model": the merged model writes the launch. `model` is a ModelBackend, a
     checkpoint directory from `qgpu build`, "memory" (the machine and random base layers
     built in memory) or None (the default checkpoint, built on first use); `dtype` is its
-    float32 or bfloat16. `check` replays the launch against the interpreter."""
+    float32 or bfloat16; `prefill` feeds the load tokens in one forward (the chunked
+    DeltaNet path), False one per forward (the recurrent path). `check` replays the launch
+    against the interpreter."""
     if backend not in BACKENDS:
         raise ArgError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
     if backend == "model":
         return _launch_on_model(
-            program, grid, block, args, max_steps, check, dtype, model, progress
+            program, grid, block, args, max_steps, check, dtype, model, progress, prefill
         )
     from qwengpu.interp.machine import LaunchGeometry, run_program
 
@@ -107,11 +110,13 @@ def launch(
     return LaunchResult(list(args), state.steps, state.trace, state.memory)
 
 
-def _launch_on_model(program, grid, block, args, max_steps, check, dtype, model, progress):
+def _launch_on_model(program, grid, block, args, max_steps, check, dtype, model, progress, prefill):
     from qwengpu.host.model_backend import ModelBackend, model_backend
 
     backend = model if isinstance(model, ModelBackend) else model_backend(model, dtype=dtype)
-    run = backend.launch(program, grid, block, args, max_steps=max_steps, progress=progress)
+    run = backend.launch(
+        program, grid, block, args, max_steps=max_steps, prefill=prefill, progress=progress
+    )
     checked = False
     if check:
         from qwengpu.host.check import check_launch
@@ -135,6 +140,7 @@ class RawKernel:
         options: Sequence[str] = (),
         dtype: str = "float32",
         model: Any = None,
+        prefill: bool = True,
     ) -> None:
         self.code = code
         self.name = name
@@ -143,6 +149,7 @@ class RawKernel:
         self.backend = backend
         self.dtype = dtype
         self.model = model
+        self.prefill = prefill  # the model backend's feeding (api.launch)
         self.options = tuple(options)
 
     @cached_property
@@ -175,4 +182,5 @@ class RawKernel:
             max_steps=max_steps,
             dtype=self.dtype,
             model=self.model,
+            prefill=self.prefill,
         )

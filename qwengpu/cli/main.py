@@ -128,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 check=args.check,
                 model=backend,
                 progress=stderr_progress,
+                prefill=args.feed == "prefill",
             )
         finally:
             end_progress()  # an error message starts on its own line
@@ -158,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "block": list(block),
                     "steps": result.steps,
                     "tokens": result.tokens,
+                    "feed": args.feed if args.backend == "model" else None,
                     "checked": result.checked,
                     "args": [_jsonable(a) for a in result.args],
                 }
@@ -250,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", default="float32", choices=("float32", "bfloat16"), help="model backend dtype"
     )
     p.add_argument("--device", help="model backend device (default: cuda, else mps, else cpu)")
+    p.add_argument(
+        "--feed",
+        default="prefill",
+        choices=("prefill", "tokens"),
+        help="model backend: the load tokens in one prefill (the chunked DeltaNet path, "
+        "default) or one per forward (the recurrent path)",
+    )
     p.add_argument(
         "--check", action="store_true", help="replay the model's launch against the interpreter"
     )

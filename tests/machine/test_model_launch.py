@@ -338,6 +338,23 @@ def test_launch_many_takes_a_feeding_per_request(reduced):
         backend.launch_many([request, request], prefill=[True])
 
 
+@pytest.mark.parametrize("prefill", [True, False], ids=["one prefill", "token by token"])
+def test_raw_kernel_feeds_the_model_as_asked(reduced, request, prefill):
+    """RawKernel(..., backend="model", prefill=...) (and so `qgpu run --feed`): one forward
+    for the load tokens, or one per load token."""
+    backend = reduced.get("bfloat16")  # the dtype the tests above left built
+    passes: list[int] = []
+    hook = backend.model.register_forward_pre_hook(lambda *_: passes.append(1))
+    request.addfinalizer(hook.remove)
+    kernel = api.RawKernel(DOT, "dot", backend="model", model=backend, prefill=prefill)
+    args = _dot_args()
+    result = kernel(1, 4, args)
+    assert int(args[2][0]) == 32
+    run = result.model_launch
+    fed = 1 if prefill else run.prompt_tokens  # forwards that read load tokens
+    assert len(passes) == fed + len(run.generated) - 1  # the last token is not fed
+
+
 def _dot_run_to_corrupt(reduced, program):
     """A copy of the float32 dot-product launch (the one test_dot_product ran, or a new one)."""
     run = _runs.get("float32")

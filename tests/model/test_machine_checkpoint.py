@@ -61,16 +61,17 @@ def test_the_manifest_describes_the_machine(machine_checkpoint):
     assert circuit["embeddings_untied_by_build"]  # output rows score the circuit's code
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_dot_product_through_the_built_checkpoint(machine_checkpoint, dtype):
+@pytest.mark.parametrize(("dtype", "feed"), [("bfloat16", "tokens"), ("float32", "prefill")])
+def test_dot_product_through_the_built_checkpoint(machine_checkpoint, dtype, feed):
     _, path, _ = machine_checkpoint
     done = _qgpu(
         "run", "examples/dot.cu", "--backend", "model", "--model", str(path), "--dtype", dtype,
-        "--check", *DOT_ARGS, "--arg", "int32:3", "--json",
+        "--feed", feed, "--check", *DOT_ARGS, "--arg", "int32:3", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["args"][2] == [32] and result["checked"] and result["tokens"] > 0
+    assert result["feed"] == feed
 
 
 def test_text_is_unchanged(machine_checkpoint):
