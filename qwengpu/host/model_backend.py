@@ -216,7 +216,10 @@ class ModelBackend:
         budget = max_steps if max_steps is not None else self.machine.spec.max_steps
         end_id = self.ids([token("END")])[0]
         prompts = [self.ids(j.prompt) for j in jobs]
-        final: dict[int, dict[int, np.ndarray]] = {}  # job -> its states when it ended
+        # what a launch's end leaves to read: its memory words (its whole states, about 50
+        # MB a launch in float64, only when it trapped, for the message)
+        final: dict[int, list[int]] = {}
+        trapped: dict[int, dict[int, np.ndarray]] = {}
         start = time.perf_counter()
         model = self.model
         device = model.device
@@ -242,7 +245,10 @@ class ModelBackend:
                 if ended:
                     states = self.recurrent_states(cache, ended)
                     for k, r in enumerate(ended):
-                        final[running[r]] = {i: s[k : k + 1] for i, s in states.items()}
+                        b = running[r]
+                        final[b] = self.read_memory(states, k)
+                        if jobs[b].generated[-1].kind == "TRAP":
+                            trapped[b] = {i: s[k : k + 1] for i, s in states.items()}
                     if len(ended) == len(running):
                         break
                     order = drop_rows(cache, ended, len(running))
@@ -262,10 +268,10 @@ class ModelBackend:
         for b, job in enumerate(jobs):  # a trap fails the batch before any copy-back
             if job.generated[-1].kind == "TRAP":
                 where = f"launch {b} ('{job.name}'): " if len(jobs) > 1 else ""
-                raise TrapError(where + self._trap_message(job, final[b]))
+                raise TrapError(where + self._trap_message(job, trapped[b]))
         launches = []
         for b, job in enumerate(jobs):
-            words = self.read_memory(final[b])
+            words = final[b]
             copy_back(job.image, words)
             launches.append(
                 ModelLaunch(
