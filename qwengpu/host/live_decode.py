@@ -11,7 +11,8 @@ block, forwards over that part only:
   row, up row or down column is all zero, so only the others are computed.
 - DeltaNet: a head whose key rows are all zero never writes its state (the delta rule
   writes k delta^T) and reads 0 from it (the state starts at 0), so its output is 0; only
-  the other heads are projected, convolved, updated and read. A prefill onto an empty
+  the other heads are projected, convolved, updated and read (a layer with none puts
+  nothing in the cache: its state would stay 0, 1 MB a sequence). A prefill onto an empty
   cache runs transformers' chunked rule on them (the others' states stay 0); a one-token
   pass with the cache runs the delta rule on the rows its keys and queries touch
   (decode_kernel.sparse_rows_delta_rule: the memories' one-hot keys and two-hot queries
@@ -222,12 +223,10 @@ class LiveDeltaNet:
             decode = True
         else:  # anything else (no cache, a prefill onto earlier states): every head
             return type(attn).forward(attn, hidden_states, cache, attention_mask, **kwargs)
+        batch, steps, _ = hidden_states.shape
+        if len(self.heads) == 0:  # nothing to write or read: no windows, no state (all 0)
+            return hidden_states.new_zeros(batch, steps, self.out.shape[0])
         x = qwen3_5.apply_mask_to_padding_states(hidden_states, attention_mask)
-        batch, steps, _ = x.shape
-        if len(self.heads) == 0:  # nothing to write or read; a prefill still sets the cache
-            if not decode:
-                self._zero_states(cache, x)
-            return x.new_zeros(batch, steps, self.out.shape[0])
         mixed, z, b, a = self.inputs(x)
         mixed = mixed.transpose(1, 2)  # (batch, live channels, steps)
         if decode:  # each run's windows updated in place, a view of the cache's

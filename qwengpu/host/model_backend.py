@@ -444,7 +444,8 @@ class ModelBackend:
         self, cache: Any, rows: Sequence[int] | None = None
     ) -> dict[int, np.ndarray]:
         """The circuit layers' DeltaNet states in the cache, by layer, as float64 arrays
-        (batch first): every row, or the cache rows `rows` in that order."""
+        (batch first): every row, or the cache rows `rows` in that order. A layer whose
+        heads are all idle holds none on the CPU path (host.live_decode): it is left out."""
         states = {}
         for i, kind in enumerate(self.machine.layer_types):
             if kind == "linear_attention":
