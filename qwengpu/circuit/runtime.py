@@ -10,6 +10,8 @@ forward hook on that layer; the model's final norm is not part of the circuit).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,48 @@ MODES = ("prefill", "decode", "split", "nocache")
 """prefill: all tokens in one cached forward (chunked kernel); decode: one token per
 forward with a cache (recurrent kernel); split: prefill the first part, decode the rest;
 nocache: one forward without a cache."""
+
+EXACT_FP32 = "ieee"
+"""torch's name for float32 products computed in float32 (its alternatives: "tf32" on
+CUDA, "bf16" in oneDNN on CPUs with AMX, both of which round the operands first)."""
+
+
+def _pinned_settings(torch: Any) -> list[tuple[Any, str, Any]]:
+    """(object, attribute, value) of every torch setting the circuit's exactness rests on:
+    float32 matmuls and convolutions (the DeltaNets' short conv) in float32, and bfloat16
+    matmuls summed in float32 (CUDA may otherwise reduce split-K partial sums in
+    bfloat16, rounding a sum the circuit needs whole). Torch before 2.9 has no
+    `fp32_precision`: its legacy TF32 flags stand in."""
+    b = torch.backends
+    cuda = b.cuda.matmul
+    settings = [
+        (cuda, "allow_bf16_reduced_precision_reduction", False),
+        (cuda, "allow_fp16_reduced_precision_reduction", False),
+    ]
+    if hasattr(cuda, "fp32_precision"):
+        ops = (cuda, b.cudnn.conv, b.mkldnn.matmul, b.mkldnn.conv)
+        return settings + [(op, "fp32_precision", EXACT_FP32) for op in ops]
+    return settings + [(cuda, "allow_tf32", False), (b.cudnn, "allow_tf32", False)]
+
+
+@contextlib.contextmanager
+def exact_arithmetic() -> Iterator[None]:
+    """Run the block with torch's arithmetic pinned to what the circuit's weights are exact
+    under (circuit/numerics.py: integer operands, sums in float32). A caller's
+    `torch.set_float32_matmul_precision("high")`, or cuDNN's TF32 default for float32
+    convolutions, would otherwise be in force during a launch. The caller's settings come
+    back on exit."""
+    import torch
+
+    pinned = _pinned_settings(torch)
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in pinned]
+    try:
+        for obj, name, value in pinned:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
 
 
 class CircuitModel:
@@ -85,7 +129,7 @@ class CircuitModel:
         import torch
 
         self._captured.clear()
-        with torch.no_grad():
+        with torch.no_grad(), exact_arithmetic():
             out = self.model(**inputs, cache=cache, use_cache=cache is not None)
         return self._captured[-1], out.cache
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from qwengpu.circuit.runtime import exact_arithmetic
 from qwengpu.errors import ArgError, CheckpointError, LaunchError, TrapError
 from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
 from qwengpu.isa.instr import Program, address_fault, illegal_address_message
@@ -224,7 +225,7 @@ class ModelBackend:
         model = self.model
         device = model.device
         fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext(False)
-        with torch.no_grad(), fast as cpu_path:
+        with torch.no_grad(), exact_arithmetic(), fast as cpu_path:
             # the first forwards: each row's whole prompt, or its first token
             heads = [p if whole else p[:1] for p, whole in zip(prompts, feeds, strict=True)]
             cache, running, mask, logits = self._prefill(heads)

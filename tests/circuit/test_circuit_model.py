@@ -13,7 +13,7 @@ from circuit_helpers import DTYPES, TINY2  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from qwengpu.circuit import Bit, Bits, Circuit, Column, compile_circuit, synthetic_embedding  # noqa: E402
-from qwengpu.circuit.runtime import CircuitModel  # noqa: E402
+from qwengpu.circuit.runtime import CircuitModel, exact_arithmetic  # noqa: E402
 
 VOCAB_TEXT = 200
 
@@ -102,3 +102,25 @@ def test_whole_model_prefill_decode_and_generate():
             last[int(values["slot"][k])] = want[k]
         for s, v in last.items():
             assert int((log[s] * (1 << np.arange(8))).sum()) == v
+
+
+def test_exact_arithmetic_pins_float32_products_and_gives_the_settings_back(request):
+    """Inside exact_arithmetic a float32 matmul is IEEE float32 whatever the caller set (on
+    a CPU with AMX, "medium" makes oneDNN round its operands to bfloat16); after it, the
+    caller's settings hold again."""
+    request.addfinalizer(lambda: torch.set_float32_matmul_precision("highest"))
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(64, 256, generator=gen) for _ in range(2))
+    want = (a.double() @ b.double().T).float()  # products and sums in float32 at least
+    ieee = a @ b.T
+    torch.set_float32_matmul_precision("medium")
+    with exact_arithmetic():
+        assert torch.backends.mkldnn.matmul.fp32_precision == "ieee"
+        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+        assert not torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        assert torch.equal(a @ b.T, ieee)
+    assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    assert (ieee - want).abs().max() < 1e-3

@@ -374,6 +374,43 @@ def test_raw_kernel_feeds_the_model_as_asked(reduced, request, prefill):
     assert len(passes) == fed + len(run.generated) - 1  # the last token is not fed
 
 
+def _precision_settings(torch) -> dict[str, object]:
+    b = torch.backends
+    return {
+        "cuda.matmul": b.cuda.matmul.fp32_precision,
+        "cudnn.conv": b.cudnn.conv.fp32_precision,
+        "mkldnn.matmul": b.mkldnn.matmul.fp32_precision,
+        "mkldnn.conv": b.mkldnn.conv.fp32_precision,
+        "bf16 reduction": b.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+
+
+def test_a_launch_computes_in_ieee_arithmetic_whatever_the_caller_set(reduced, request):
+    """A caller's torch.set_float32_matmul_precision("medium") (bfloat16 products on CPUs
+    with AMX, TF32 on CUDA) and cuDNN's TF32 convolutions hold outside the launch only:
+    every forward of the launch runs float32 products in float32 and sums bfloat16 ones
+    in float32."""
+    import torch
+
+    backend = reduced.get("bfloat16")  # the dtype the tests above left built
+    request.addfinalizer(lambda: torch.set_float32_matmul_precision("highest"))
+    torch.set_float32_matmul_precision("medium")
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    callers = _precision_settings(torch)
+    assert callers["mkldnn.matmul"] == "bf16" and callers["cuda.matmul"] == "tf32"
+    seen: list[dict[str, object]] = []
+    hook = backend.model.register_forward_pre_hook(
+        lambda *_: seen.append(_precision_settings(torch))
+    )
+    request.addfinalizer(hook.remove)
+    args = _dot_args()
+    backend.launch(api.compile(DOT, spec=reduced.spec), 1, 4, args, prefill=False)
+    assert int(args[2][0]) == 32
+    exact = {"bf16 reduction": False} | {k: "ieee" for k in callers if k != "bf16 reduction"}
+    assert seen and all(s == exact for s in seen)
+    assert _precision_settings(torch) == callers  # the caller's again
+
+
 def _dot_run_to_corrupt(reduced, program):
     """A copy of the float32 dot-product launch (the one test_dot_product ran, or a new one)."""
     run = _runs.get("float32")
