@@ -1392,38 +1392,24 @@ class MachineCircuit:
                 + [[nx + self.t_k.ch(j) - 1 for nx in nexts] for j in range(WORD_BYTES - 1)]
             ],
         )
-        nz = [
-            c.or_bits(bits_of(c, f"byte{j}", [word.ch(8 * j + i) for i in range(8)]), name=f"nz{j}")
-            for j in range(WORD_BYTES)
+        # [a byte above byte j of the word is nonzero]: byte j then travels in a BYTE token,
+        # else it is the word's final one; one threshold on the word's higher bits
+        higher = [
+            c.threshold(
+                sum((word.ch(i) for i in range(8 * (j + 1), 32)), Lin()),
+                1,
+                name=f"more{j}",
+                inputs=[word],
+            )
+            for j in range(WORD_BYTES - 1)
         ]
-        more = []  # [a higher byte than j is nonzero]
-        for j in range(WORD_BYTES - 1):
-            total = sum((bit(nz[h]) for h in range(j + 1, WORD_BYTES)), Lin())
-            more.append(total)
-        higher = [c.threshold(m, 1, name=f"more{j}") for j, m in enumerate(more)]
-        is_byte = wires(
-            c,
-            "wb.isbyte",
-            Bit(),
-            [[[pos.ch(j) + bit(higher[j]) - 1 for j in range(WORD_BYTES - 1)]]],
-        )
-        k_out = wires(
-            c,
-            "o_k",
-            OneHot(WORD_BYTES - 1, allow_none=True),
-            [[[pos.ch(j) + bit(higher[j]) - 1] for j in range(WORD_BYTES - 1)]],
-        )
-        n_out = wires(
-            c,
-            "o_n",
-            OneHot(WORD_BYTES, allow_none=True),
-            [
-                [
-                    [pos.ch(j) - (bit(higher[j]) if j < WORD_BYTES - 1 else 0)]
-                    for j in range(WORD_BYTES)
-                ]
-            ],
-        )
+        # the token at byte position j is a BYTE (as_byte) or the final (as_final) one:
+        # exclusive forms (pos is one-hot), each 1 or <= 0, so a kind ANDs them in place
+        as_byte = [pos.ch(j) + bit(higher[j]) - 1 for j in range(WORD_BYTES - 1)]
+        as_final = [pos.ch(j) - bit(higher[j]) for j in range(WORD_BYTES - 1)]
+        as_final.append(pos.ch(WORD_BYTES - 1))
+        k_out = wires(c, "o_k", OneHot(WORD_BYTES - 1, allow_none=True), [[[f] for f in as_byte]])
+        n_out = wires(c, "o_n", OneHot(WORD_BYTES, allow_none=True), [[[f] for f in as_final]])
         v_out = products(
             c,
             "o_v",
@@ -1435,7 +1421,10 @@ class MachineCircuit:
         sch = bit(sched)
         al, ar = bit(self.any_live), bit(self.any_ready)
         mc = bit(self.more_ctas)
-        ib = bit(is_byte)
+
+        def word_token(target: Lin, forms: list[Lin]) -> list[Lin]:
+            return [target + f - 1 for f in forms]
+
         kinds = {
             "EXEC": [sch + ar - 1],
             "BAR": [sch + al - ar - 1],
@@ -1443,10 +1432,10 @@ class MachineCircuit:
             "END": [sch - al - mc],
             "PRED": [g("pred")],
             "TRAP": [g("trap")],
-            "BREG": [tgt.ch(0) + ib - 1, tgt.ch(2) + ib - 1],
-            "FREG": [tgt.ch(0) - ib, tgt.ch(2) - ib],
-            "BAMEM": [tgt.ch(1) + ib - 1],
-            "FAMEM": [tgt.ch(1) - ib],
+            "BREG": word_token(tgt.ch(0), as_byte) + word_token(tgt.ch(2), as_byte),
+            "FREG": word_token(tgt.ch(0), as_final) + word_token(tgt.ch(2), as_final),
+            "BAMEM": word_token(tgt.ch(1), as_byte),
+            "FAMEM": word_token(tgt.ch(1), as_final),
         }
         o_kind = wires(
             c,
@@ -1498,7 +1487,7 @@ class MachineCircuit:
             [
                 [
                     [
-                        tgt.ch(1) - ib + self.atb_lane.ch(i) - 1,  # FAMEM: the served lane
+                        *word_token(tgt.ch(1) + self.atb_lane.ch(i) - 1, as_final),  # FAMEM
                         g("trap") + tfirst.ch(i) - 1,
                     ]
                     for i in range(self.lanes)
