@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from qwengpu.circuit import Bit, Bits, Circuit, Column, OneHot
-from qwengpu.circuit.craft import Lin, neuron, relu_of
+from qwengpu.circuit.craft import Lin, neuron, relu_of, step_ge
 from qwengpu.circuit.encodings import Encoding
 from qwengpu.circuit.ir import Field
 from qwengpu.circuit.logic import match_form
@@ -91,6 +91,15 @@ def products(c: Circuit, name: str, enc: Encoding, channels: Sequence[Sequence[T
                 neurons.append(neuron(gate, {out.sig(i, lane): 1}, up=up))
                 forms += [gate, up]
     c.mlp("products", _fields_in(c, forms), [out], neurons)
+    return out
+
+
+def steps(c: Circuit, name: str, channels: Sequence[tuple[Lin, int]]) -> Field:
+    """A one-lane Bits field of threshold bits [form >= t], one per (form, t): ORs and
+    comparisons of bits that need not be exclusive (`wires` sums its forms), in one layer."""
+    out = c.new_field(c.fresh(name), Bits(len(channels)) if len(channels) > 1 else Bit(), 1)
+    neurons = [n for i, (form, t) in enumerate(channels) for n in step_ge(form, t, {out.sig(i): 1})]
+    c.mlp("steps", _fields_in(c, [form for form, _ in channels]), [out], neurons)
     return out
 
 
@@ -1094,58 +1103,63 @@ class MachineCircuit:
         """Lowest live warp not waiting at a barrier; in it, the lowest next block among its
         live lanes (minimum-PC) and the lanes waiting there. `any_live` without `any_ready`:
         every live warp waits, and the next token is the release, BAR."""
-        c = self.c
+        c, lanes = self.c, self.lanes
         waits = self._barrier_latches()
         big = 1 << self.bb  # a dead lane's block never counts as lower
-        cands, blocks, anys = [], [], []
+        cands, blocks = [], []
         for w in range(self.spec.warps):
-            ok = {}
-            for lane in range(self.lanes):
-                for other in range(self.lanes):
+            live = [bit(self.sched_live[w, lane]) for lane in range(lanes)]
+            nb = [self.sched_nb[w, lane].value() for lane in range(lanes)]
+            # le[l, o]: lane l's next block is at most lane o's (or o is dead); lt[l, o]:
+            # strictly below it, which l needs against the lanes o < l to run first
+            le, lt = {}, {}
+            for lane in range(lanes):
+                for other in range(lanes):
                     if other != lane:
-                        form = (
-                            self.sched_nb[w, other].value()
-                            - self.sched_nb[w, lane].value()
-                            + big * (1 - bit(self.sched_live[w, other]))
-                        )
-                        ok[lane, other] = c.threshold(form, 0, name=f"le.{w}.{lane}.{other}")
-            cand = wires(
-                c,
-                f"cand{w}",
-                Bits(self.lanes),
-                [
-                    [
-                        [
-                            bit(self.sched_live[w, lane])
-                            + sum((bit(ok[lane, o]) for o in range(self.lanes) if o != lane), Lin())
-                            - (self.lanes - 1)
-                        ]
-                        for lane in range(self.lanes)
-                    ]
-                ],
-            )
-            first, any_ = c.priority(cand, name=f"first{w}")
+                        gap = nb[other] - nb[lane] + big * (1 - live[other])
+                        le[lane, other] = c.threshold(gap, 0, name=f"le.{w}.{lane}.{other}")
+                        if other < lane:
+                            lt[lane, other] = c.threshold(gap, 1, name=f"lt.{w}.{lane}.{other}")
+
+            # the lanes at the lowest next block (the EXEC's mask), and the first of them (the
+            # lowest lane: it beats the lanes below strictly), side by side: no priority
+            # encoder after the comparisons
+            at_lowest, first_of = [], []
+            for lane in range(lanes):
+                others = [o for o in range(lanes) if o != lane]
+                below = lanes - 1
+                at_lowest.append(
+                    live[lane] + sum((bit(le[lane, o]) for o in others), Lin()) - below
+                )
+                beats = (bit(lt.get((lane, o), le[lane, o])) for o in others)
+                first_of.append(live[lane] + sum(beats, Lin()) - below)
+            cand = wires(c, f"cand{w}", Bits(lanes), [[[f] for f in at_lowest]])
+            first = wires(c, f"first{w}", OneHot(lanes, allow_none=True), [[[f] for f in first_of]])
+            nb_bits = [self.sched_nb[w, lane] for lane in range(lanes)]
             block = products(
                 c,
                 f"block{w}",
                 Bits(self.bb),
                 [
                     [
-                        [
-                            (first.ch(lane), self.sched_nb[w, lane].ch(i))
-                            for lane in range(self.lanes)
-                        ]
+                        [(first.ch(lane), nb_bits[lane].ch(i)) for lane in range(lanes)]
                         for i in range(self.bb)
                     ]
                 ],
             )
             cands.append(cand)
             blocks.append(block)
-            anys.append(any_)
-        live_warps = bits_of(c, "warps.live", [bit(a) for a in anys])
-        self.any_live = c.or_bits(live_warps, name="any.live")
-        ready = bits_of(
-            c, "warps.ready", [bit(a) - bit(w) for a, w in zip(anys, waits, strict=True)]
+        # warps with a live lane, and those of them not waiting at a barrier: straight from
+        # the lanes' live bits, beside the comparisons
+        lives = [
+            sum((bit(self.sched_live[w, lane]) for lane in range(lanes)), Lin())
+            for w in range(self.spec.warps)
+        ]
+        self.any_live = steps(c, "any.live", [(sum(lives, Lin()), 1)])
+        ready = steps(
+            c,
+            "warps.ready",
+            [(n - lanes * bit(wait), 1) for n, wait in zip(lives, waits, strict=True)],
         )
         wsel, self.any_ready = c.priority(ready, name="warp")
         self.next_b = products(
@@ -1257,11 +1271,16 @@ class MachineCircuit:
             )[0]
             for lane in range(self.lanes)
         ]
-        self.res_e, self.res_p, self.res_u = self._register(
+        # the executed lanes and predicates are known long before the uniform flag (which
+        # compares the results): kept apart, the write-back logic reads them early
+        self.res_e, self.res_p = self._register(
             "result.lanes",
-            [Column("exe", Bits(self.lanes)), Column("pv", Bits(self.lanes)), Column("uni", Bit())],
-            [exe_bits, pvals, uni],
+            [Column("exe", Bits(self.lanes)), Column("pv", Bits(self.lanes))],
+            [exe_bits, pvals],
             self.kind["EXEC"],
+        )
+        (self.res_u,) = self._register(
+            "result.uniform", [Column("uni", Bit())], [uni], self.kind["EXEC"]
         )
 
     def _next_token(self) -> None:
