@@ -1155,7 +1155,7 @@ class MachineCircuit:
             sum((bit(self.sched_live[w, lane]) for lane in range(lanes)), Lin())
             for w in range(self.spec.warps)
         ]
-        self.any_live = steps(c, "any.live", [(sum(lives, Lin()), 1)])
+        self.any_live = c.threshold(sum(lives, Lin()), 1, name="any.live")
         ready = steps(
             c,
             "warps.ready",
