@@ -12,7 +12,8 @@ encodings; the neurons of every op are checked for bfloat16 exactness when it is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from qwengpu.circuit import craft
@@ -94,6 +95,7 @@ class MlpOp:
     outputs: tuple[Field, ...]
     neurons: list[Neuron]
     inplace: dict[str, str] = field(default_factory=dict)
+    after: tuple[Field, ...] = ()  # placement only: not in a layer before these are ready
 
     @property
     def neuron_count(self) -> int:
@@ -141,6 +143,7 @@ class MemoryRead:
     when: Field | None
     outputs: tuple[Field, ...]
     valid: Field | None = None
+    after: tuple[Field, ...] = ()  # placement only: not in a layer before these are ready
 
     @property
     def inputs(self) -> tuple[Field, ...]:
@@ -181,6 +184,19 @@ class Circuit:
         self.ops: list[Op] = []
         self.memories: dict[str, Memory] = {}
         self._consumed: dict[str, str] = {}  # field -> in-place op that took its channels
+        self._floor: tuple[Field, ...] = ()  # `placed_after`'s fields
+
+    @contextmanager
+    def placed_after(self, fields: Sequence[Field]) -> Iterator[None]:
+        """Ops added inside go no earlier than `fields` are ready (placement only; no data
+        flows from them): work needed deep in the stack then does not hold residual width
+        from the layer where its inputs happen to be ready."""
+        outer = self._floor
+        self._floor = outer + tuple(fields)
+        try:
+            yield
+        finally:
+            self._floor = outer
 
     # -- naming --------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -277,7 +293,7 @@ class Circuit:
                 continue  # never active: drop
             craft.validate_neuron(n, ranges, f"op {op_name!r} ({kind})")
             kept.append(n)
-        op = MlpOp(op_name, kind, tuple(inputs), tuple(outputs), kept, inplace_names)
+        op = MlpOp(op_name, kind, tuple(inputs), tuple(outputs), kept, inplace_names, self._floor)
         for i in inplace_names.values():
             self._consumed[i] = op_name
         self.ops.append(op)
@@ -355,9 +371,12 @@ class Circuit:
         when: Field | None = None,
         name: str | None = None,
         valid: bool = False,
+        after: Sequence[Field] = (),
     ) -> MemoryRead:
         """The row `addr` of `mem` (zeros where `when` is 0 or the row was never written).
-        Returns the op; its `outputs` are one field per column (and `valid`)."""
+        Returns the op; its `outputs` are one field per column (and `valid`). `after`: read
+        no earlier than these fields are ready (a read whose value is needed deep in the
+        stack would otherwise hold residual width from its early layer on)."""
         op_name = self.fresh_op(name or f"{mem.name}.read")
         self._check_address(mem, addr, f"read {op_name!r}")
         self._check_when(when, f"read {op_name!r}")
@@ -368,7 +387,7 @@ class Circuit:
             for c in mem.columns
         )
         valid_field = self.new_field(self.fresh(f"{op_name}.valid"), Bit()) if valid else None
-        op = MemoryRead(op_name, mem, addr, when, outs, valid_field)
+        op = MemoryRead(op_name, mem, addr, when, outs, valid_field, (*after, *self._floor))
         mem.reads.append(op)
         self.ops.append(op)
         return op

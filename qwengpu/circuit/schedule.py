@@ -247,7 +247,7 @@ class _Placer:
 
     def place_mlp(self, op: MlpOp, lower: int) -> None:
         cap = self.g.intermediate
-        lb = max([lower, *(self.ready[f.name] for f in op.inputs)])
+        lb = max([lower, *(self.ready[f.name] for f in op.inputs + op.after)])
         if op.neuron_count <= cap:
             groups = [op.neurons]
         else:
@@ -284,7 +284,7 @@ class _Placer:
                 f"memory {mem.name!r} needs {n_value} value heads ({mem.width} channels); a "
                 f"layer of {self.g.name} has {self.g.linear_value_heads} (resource: heads)"
             )
-        deps = list(read.inputs if read else ()) + list(write.inputs if write else ())
+        deps = list(read.inputs + read.after if read else ()) + list(write.inputs if write else ())
         lb = max([0, *(self.ready[f.name] for f in deps)])
         name = read.name if read else mem.name
         landing = None
@@ -372,10 +372,12 @@ def _dependency_order(c: Circuit) -> list:
                 deps[id(op)].add(id(p))
 
     for op in c.ops:
-        if isinstance(op, MlpOp | MemoryWrite):
+        if isinstance(op, MlpOp):
+            needs(op, op.inputs + op.after)
+        elif isinstance(op, MemoryWrite):
             needs(op, op.inputs)
         elif isinstance(op, MemoryRead):
-            needs(op, op.inputs)
+            needs(op, op.inputs + op.after)
             for w in op.memory.writes:
                 needs(op, w.inputs)
                 deps[id(op)].add(id(w))

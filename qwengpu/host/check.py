@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from qwengpu.errors import LaunchError
 from qwengpu.host.model_backend import ModelLaunch, ModelStep
-from qwengpu.isa.instr import Program
+from qwengpu.isa.instr import Instr, Program
 from qwengpu.machine.rom import live_outs, live_pred_outs
+from qwengpu.machine.tokens import Token
 
 
 class CheckFailed(LaunchError):
@@ -28,13 +29,18 @@ class StepWrites:
 
 
 def model_writes(program: Program, step: ModelStep) -> StepWrites:
-    """Decode a model step's write-back tokens into register, predicate, memory writes."""
+    """Decode a model step's write-back tokens into register, predicate, memory writes
+    (each register or predicate token names the stage, so the block's instruction)."""
     block = program.blocks[step.block]
-    ins = block.instrs[0] if block.instrs else None
     regs: list[tuple[int, int, int]] = []
     preds: list[tuple[int, int, bool]] = []
     mem: list[tuple[int, int]] = []
     staged: dict[int, int] = {}
+
+    def instr(t: Token) -> Instr | None:
+        stage = t.get("s")
+        return block.instrs[stage] if stage < len(block.instrs) else None
+
     for t in step.tokens[1:]:
         if t.kind in ("BREG", "BAMEM"):
             staged[t.get("k")] = t.get("v")
@@ -44,18 +50,20 @@ def model_writes(program: Program, step: ModelStep) -> StepWrites:
             value = t.get("v") << (8 * (n - 1))
             value |= sum(staged.get(k, 0) << (8 * k) for k in range(n - 1))
             staged = {}
-            rd = ins.rd if ins is not None else 0
             if t.kind == "FREG":
+                ins = instr(t)
+                rd = ins.rd if ins is not None else 0
                 sel = t.get("sel")
                 lanes = step.lanes if sel == program.spec.lanes else (sel,)
                 regs += [(lane, rd, value) for lane in lanes]
             else:
                 mem.append((t.get("lane"), value))
         elif t.kind == "PRED":
+            ins = instr(t)
             pd = ins.pd if ins is not None and ins.pd is not None else 0
             preds += [
                 (lane, pd, bool((t.get("pv") >> lane) & 1))
-                for lane in range(4)
+                for lane in range(program.spec.lanes)
                 if (t.get("pw") >> lane) & 1
             ]
     return StepWrites(tuple(regs), tuple(preds), tuple(mem))
@@ -100,11 +108,16 @@ def check_launch(program: Program, launch: ModelLaunch) -> int:
                     f"{where} lane {lane} r{reg}: expected {_show(expect_regs.get(key))}, "
                     f"the model wrote {_show(got_regs.get(key))}"
                 )
-        expect_preds = tuple(w for w in want.pred_writes if w[1] in pred_lives[want.block])
-        if expect_preds != writes.preds:
+        expect_preds = {
+            (lane, pred): flag
+            for lane, pred, flag in want.pred_writes
+            if pred in pred_lives[want.block]
+        }
+        got_preds = {(lane, pred): flag for lane, pred, flag in writes.preds}
+        if expect_preds != got_preds:
             raise CheckFailed(
-                f"{where}: predicate writes expected {list(expect_preds)}, "
-                f"the model wrote {list(writes.preds)}"
+                f"{where}: predicate writes expected {sorted(expect_preds.items())}, "
+                f"the model wrote {sorted(got_preds.items())}"
             )
         # the tokens carry each lane's stored word; where it went, the final memory shows
         if tuple((lane, v) for lane, _, v in want.mem_writes) != writes.mem:

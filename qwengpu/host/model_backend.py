@@ -24,10 +24,19 @@ from qwengpu.circuit.runtime import exact_arithmetic
 from qwengpu.errors import ArgError, CheckpointError, LaunchError, TrapError
 from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
 from qwengpu.isa.instr import Program, address_fault, illegal_address_message
-from qwengpu.isa.spec import WORD_MASK
+from qwengpu.isa.spec import WORD_MASK, MachineSpec
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
-from qwengpu.machine.tokens import AXES, KINDS, MAX_CTAS, MAX_NTID, WORD_BYTES, Token, token
+from qwengpu.machine.tokens import (
+    AXES,
+    KINDS,
+    MAX_CTAS,
+    MAX_NTID,
+    TRAP_REASONS,
+    WORD_BYTES,
+    Token,
+    token,
+)
 
 PROGRESS_EVERY = 16  # EXEC steps between progress reports
 PAD_TEXT_TOKEN = 0  # a text token id (any is muted); pads the shorter prompts of a batch
@@ -49,11 +58,14 @@ def word_tokens(value: int, byte_kind: str, final_kind: str, **extra: int) -> li
 Dim3 = tuple[int, int, int]
 
 
-def tokens_between_execs(lanes: int) -> int:
-    """The most tokens the protocol puts after an EXEC before the next one: a PRED, a word
-    per lane (for an atomic, its stored word and its old value), WORD_BYTES tokens each,
-    then BAR or CTA. More means the model is not writing a launch any more."""
-    return 1 + lanes * 2 * WORD_BYTES + 1
+def tokens_between_execs(spec: MachineSpec) -> int:
+    """The most tokens the protocol puts after an EXEC before the next one: per stage a
+    PRED and a word per lane, WORD_BYTES tokens each (an atomic, alone in its block: its
+    stored word and its old value per lane), then BAR or CTA. More means the model is not
+    writing a launch any more."""
+    lanes = spec.lanes
+    per_stage = 1 + lanes * WORD_BYTES
+    return max(spec.block_size * per_stage, lanes * 2 * WORD_BYTES) + 1
 
 
 def load_tokens(
@@ -348,19 +360,28 @@ class ModelBackend:
 
     def _trap_message(self, job: _Job, states: dict[int, np.ndarray]) -> str:
         """The interpreter's words for the address trap the model ended a launch with: the
-        step is the last EXEC, the lane and the reason are TRAP's, and the address is the
-        lane's register a (read from the state) plus the instruction's offset."""
+        step is the last EXEC, the stage, lane and reason are TRAP's, and the address is
+        the lane's register a (read from the state, or where an earlier stage of the block
+        wrote it, not known to the host) plus the instruction's offset."""
         spec = self.machine.spec
         trap = job.generated[-1]
         step = _steps(job.generated, spec.lanes, job.grid)[-1]
-        (ins,) = job.program.blocks[step.block].instrs
-        lane = trap.get("lane")
+        stage, lane = trap.get("s"), trap.get("lane")
+        instrs = job.program.blocks[step.block].instrs
+        ins = instrs[stage]
+        thread = step.warp * spec.lanes + lane
+        if any(ins.a in earlier.writes() for earlier in instrs[:stage]):
+            why = TRAP_REASONS[trap.get("why")]
+            return (
+                f"illegal address: thread {thread} of CTA {step.cta} at B{step.block}.{stage} "
+                f"'{ins}' (PTX line {ins.src_line}): {why} (r{ins.a} comes from an earlier "
+                "instruction of the block, so the host cannot show the address)"
+            )
         address = (self.read_register(states, step.warp, lane, ins.a) + ins.imm) & WORD_MASK
         fault = address_fault(ins, address, spec.memory_bytes)
         if fault is None:
             raise LaunchError(f"the model trapped ({trap}) at the legal address {address:#x}")
-        thread = step.warp * spec.lanes + lane
-        return illegal_address_message(thread, step.cta, step.block, 0, ins, address, fault)
+        return illegal_address_message(thread, step.cta, step.block, stage, ins, address, fault)
 
     def _prepare(self, request: LaunchRequest) -> _Job:
         grid3, block3 = dim3(request.grid, "grid"), dim3(request.block, "block")
@@ -396,7 +417,7 @@ class ModelBackend:
                 f"launch of '{job.name}' ran past its step budget of {budget} EXEC steps "
                 f"(last token {t}); raise max_steps if the kernel is meant to run longer"
             )
-        limit = tokens_between_execs(self.machine.spec.lanes)
+        limit = tokens_between_execs(self.machine.spec)
         if job.since_exec > limit:
             raise LaunchError(
                 f"launch of '{job.name}': the model wrote {job.since_exec} tokens since its "

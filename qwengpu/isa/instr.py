@@ -320,6 +320,11 @@ class Program:
                     f"block B{number} has {loads} loads and {len(stores)} stores/atomics; "
                     f"the limits are {spec.loads_per_block} and {spec.stores_per_block}"
                 )
+            if stores and spec.stores_alone and len(block.instrs) > 1:
+                raise ValueError(
+                    f"block B{number} has a store/atomic and {len(block.instrs) - 1} other "
+                    "instructions; on this machine a store/atomic is alone in its block"
+                )
             if stores and any(i.op is Op.LD for i in block.instrs[stores[0] :]):
                 raise ValueError(f"block B{number} loads after a store; loads must come first")
             for target in block.term.successors():

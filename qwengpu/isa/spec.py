@@ -33,6 +33,8 @@ class MachineSpec:
     warps: int = 4  # warps per CTA: at most warps * lanes threads per CTA
     loads_per_block: int = 4  # LD per block: the memory is read at each pipeline stage
     stores_per_block: int = 1  # ST/ATOM per block, after its loads: one write port per pass
+    stores_alone: bool = False  # a ST/ATOM block holds nothing else (the model's machines
+    # serve a store's lanes one per pass, re-running the block on each lane's pass)
     max_grid_ctas: int = 16  # CTAs per launch (they run one after another)
     max_steps: int = 4096  # default step budget of one launch (one step = one block)
     mul_high: bool = True  # the ALU has mulhu/mulhs; without, the lowering expands them

@@ -220,6 +220,8 @@ def _fits(chunk: list[Instr], instr: Instr, spec: MachineSpec) -> bool:
     if len(chunk) >= spec.block_size:
         return False
     stores = sum(1 for i in chunk if i.op in STORE_OPS)
+    if spec.stores_alone and chunk and (stores or instr.op in STORE_OPS):
+        return False
     if instr.op is Op.LD:
         loads = sum(1 for i in chunk if i.op is Op.LD)
         return loads < spec.loads_per_block and stores == 0

@@ -15,6 +15,7 @@ decode, register/predicate files, ALU, memory unit, terminator, scheduler, next 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 from qwengpu.circuit import Bit, Bits, Circuit, Column, OneHot
@@ -50,6 +51,8 @@ from qwengpu.machine.tokens import (
 
 Terms = Sequence[tuple[Lin, Lin]]  # (gate, up) pairs: sum of max(gate, 0) * up
 WORD_ADDR_SHIFT = 2  # byte address bits below the word index (4-byte words)
+
+PRED_OPERANDS = ("guard", "pa", "pb")  # an instruction's predicate operands
 
 SLOW_UNITS = (Op.ADD, Op.SUB, Op.MUL, Op.LD, Op.SHFL, Op.VOTE)
 """ALU units several layers deep (a vote waits for the executing lanes). The others'
@@ -128,7 +131,7 @@ def lanes_below(onehot: Field, lane: int) -> Lin:
     return sum((onehot.ch(j) for j in range(lane)), Lin())
 
 
-def pick_lane(c: Circuit, name: str, onehot: Field, f: Field) -> Field:
+def pick_lane(c: Circuit, name: str, onehot: Field, f: Field | PerLane) -> Field:
     """f's lane selected by a one-lane OneHot over lanes (0 when none)."""
     return products(
         c,
@@ -167,13 +170,83 @@ def condition_forms(hs: Field, eq: Field, ge: Field, lane: int) -> dict[Cond, Li
 
 
 # -- the machine -------------------------------------------------------------------------------
+class RowField:
+    """A ROM field read straight off the row bytes, without a copy into a field of its own:
+    channel i is a form of a byte's channel (what the consumers of a Field use)."""
+
+    def __init__(self, bits: list[Lin]) -> None:
+        self.bits = bits
+
+    def ch(self, index: int, lane: int = 0) -> Lin:
+        return self.bits[index]
+
+
+class PerLane:
+    """One-lane fields seen as one field of many lanes, without a copy layer (a memory's
+    reads, one copy per lane): channel (i, lane) is lane's field's channel i."""
+
+    def __init__(self, fields: Sequence[Field]) -> None:
+        self.fields = list(fields)
+        self.encoding = fields[0].encoding
+        self.lanes = len(fields)
+
+    def ch(self, index: int, lane: int = 0) -> Lin:
+        return self.fields[lane].ch(index)
+
+
+class Stage:
+    """One pipeline stage: its instruction's decoded ROM fields, and the datapath fields the
+    builders below fill in (operands, executing lanes, result, new predicate, ...)."""
+
+    def __init__(self, index: int, ins: dict[str, Field | RowField]) -> None:
+        self.index = index
+        self.ins = ins  # this stage's ROM fields, by name (rd, a, imm, ...)
+        self.op: Field  # opcode and mode one-hot (`_decode`)
+        self.mode: Field
+        self.narrow: dict[StoreWidth, Field] = {}
+        self.reads_a: list[Field] = []  # register file reads, one field per lane
+        self.reads_b: list[Field] = []
+        self.reads_c: list[Field] = []
+        self.pred_reads: dict[str, list[Field]] = {}  # guard, pa, pb: one field per lane
+        # earlier stages that may write an operand: (stage, "writes it" bit) per operand
+        self.writers: dict[str, list[tuple[Stage, Field]]] = {}
+        self.pred_writers: dict[str, list[tuple[Stage, Field]]] = {}
+        # the datapath (`_operands`, `_alu`): operands, the lanes that execute (E), every
+        # unit's result and the gathered one (V), the new predicate, the adder's sum (also
+        # the memory address), the loads' per-lane words, the address traps
+        self.A: Field
+        self.B: Field
+        self.C: Field
+        self.preds: dict[str, Field | PerLane] = {}
+        self.s2r: Field
+        self.E: Field
+        self.sum: Field
+        self.results: dict[Op, Field | PerLane] = {}
+        self.V: Field
+        self.finishing: tuple[Field, ...] = ()  # V's inputs: ready a layer before V
+        self.p_new: Field
+        self.loaded: list[Field] = []
+        self.word_addr: list[Field] = []
+        self.trap_misaligned: Field
+        self.trap_outside: Field
+
+    def opc(self, op: Op) -> Lin:
+        return self.op.ch(OPCODES.index(op))
+
+
 class MachineCircuit:
-    """Builds the machine circuit for a MachineSpec (one instruction per block)."""
+    """Builds the machine circuit for a MachineSpec: a block of `block_size` instructions
+    per pass, one per pipeline stage, each stage taking the registers and predicates that
+    earlier stages wrote on their lanes (forwarding) and the files' values otherwise."""
 
     def __init__(self, spec: MachineSpec) -> None:
-        if spec.block_size != 1:
-            raise ValueError("the machine circuit runs one instruction per pass: block_size 1")
+        if not spec.stores_alone and spec.block_size > 1:
+            raise ValueError(
+                "the machine circuit re-runs a store's block on each lane's pass: a "
+                "MachineSpec with block_size > 1 needs stores_alone"
+            )
         self.spec = spec
+        self.stages = spec.block_size
         self.lanes = spec.lanes
         self.vocab = Vocabulary(spec)
         self.layout = RomLayout(spec)
@@ -192,6 +265,8 @@ class MachineCircuit:
         self.t_mask = c.input("t_mask", Bits(self.lanes))
         self.t_v = c.input("t_v", Bits(8))
         self.t_sel = c.input("t_sel", OneHot(self.lanes + 1, allow_none=True))
+        # the stage a register or predicate write-back token (or a TRAP) belongs to
+        self.t_s = c.input("t_s", OneHot(self.stages, allow_none=True))
         self.t_k = c.input("t_k", OneHot(WORD_BYTES - 1, allow_none=True))
         self.t_n = c.input("t_n", OneHot(WORD_BYTES, allow_none=True))
         self.stg_we = [c.input(f"stg_we{k}", Bit()) for k in range(WORD_BYTES - 1)]
@@ -213,11 +288,19 @@ class MachineCircuit:
     def _axes(prefix: str) -> list[str]:
         return [f"{prefix}_{a}" for a in AXES]
 
-    def _register(self, name: str, columns: list[Column], data: list[Field], when: Field):
-        """A one-row memory written from the token (a latch), read on every token."""
+    def _register(
+        self,
+        name: str,
+        columns: list[Column],
+        data: list[Field],
+        when: Field,
+        after: Sequence[Field] = (),
+    ):
+        """A one-row memory written from the token (a latch), read on every token (no
+        earlier than `after` is ready)."""
         mem = self.c.memory(name, 1, columns)
         self.c.write(mem, self.row0, data, when=when)
-        return self.c.read(mem, self.row0).outputs
+        return self.c.read(mem, self.row0, after=after).outputs
 
     def _front_end(self) -> None:
         k = self.kind
@@ -265,45 +348,80 @@ class MachineCircuit:
 
     # -- program ROM and decode -----------------------------------------------------------------
     def _rom(self) -> None:
+        """The ROM: one memory per row byte. The bytes the files and the terminator need
+        (and stage 0's exec bytes) are read at the top; a later stage's exec bytes are
+        read at that stage's depth (`_decode`)."""
         c = self.c
-        rom_bytes = []
+        self.rom = []
         for j in range(self.layout.rom_bytes):
             mem = c.memory(f"rom{j}", self.spec.rom_blocks, [Column("v", Bits(8))])
             c.write(mem, self.romcur, [self.t_v], when=self.rom_we[j])
-            rom_bytes.append(c.read(mem, self.cur_b).outputs[0])
-        row = [rom_bytes[i // 8].ch(i % 8) for i in range(8 * len(rom_bytes))]
-        self.ins = {
-            name: bits_of(c, f"ins.{name}", row[pos : pos + width])
-            for name, (pos, width) in self.layout.field_bits().items()
+            self.rom.append(mem)
+        late = {j for s in range(1, self.stages) for j in self.layout.exec_bytes(s)}
+        self.row: dict[int, Field] = {
+            j: c.read(mem, self.cur_b).outputs[0] for j, mem in enumerate(self.rom) if j not in late
         }
-        self.op = c.decoder(self.ins["op"], name="op1h")
-        self.mode = c.decoder(self.ins["mode"], name="mode1h")
-        self.term = c.decoder(self.ins["term"], name="term1h")
+        exec_names = {n for n, _ in self.layout.exec_fields()}
+        fields = {
+            name: bits_of(c, f"ins.{name}", self._row_bits(name))
+            for name in self.layout.field_bits()
+            if name.split(".")[0] not in exec_names and not name.startswith("pad.")
+        }
+        self.blk = {n: f for n, f in fields.items() if "." not in n}  # the terminator's
+        self.term = c.decoder(self.blk["term"], name="term1h")
+        self.st = [
+            Stage(s, {n[: -len(f".{s}")]: f for n, f in fields.items() if n.endswith(f".{s}")})
+            for s in range(self.stages)
+        ]
+
+    def _row_bits(self, name: str) -> list[Lin]:
+        """ROM field `name` as forms of the row bytes read so far."""
+        pos, width = self.layout.field_bits()[name]
+        return [self.row[i // 8].ch(i % 8) for i in range(pos, pos + width)]
+
+    def _decode(self, st: Stage) -> None:
+        """The stage's exec fields straight off its row bytes, and its opcode and mode
+        one-hot."""
+        c, s = self.c, st.index
+        for name, _ in self.layout.exec_fields():
+            st.ins[name] = RowField(self._row_bits(f"{name}.{s}"))
+        st.op = c.decoder(st.ins["op"], name=f"op1h.{s}")
+        st.mode = c.decoder(st.ins["mode"], name=f"mode1h.{s}")
         # st.8 / st.16 as clean bits (a word store's mode is 0, theirs 1 and 2)
-        self.narrow = {
-            w: bits_of(c, f"st.{w.value}", [self.opc(Op.ST) + self.mode.ch(store_mode(w)) - 1])
+        st.narrow = {
+            w: bits_of(c, f"st.{w.value}.{s}", [st.opc(Op.ST) + st.mode.ch(store_mode(w)) - 1])
             for w in StoreWidth
         }
-
-    def opc(self, op: Op) -> Lin:
-        return self.op.ch(OPCODES.index(op))
 
     def term_is(self, kind: TermKind) -> Lin:
         return self.term.ch(TERM_KINDS.index(kind))
 
     # -- register and predicate files -----------------------------------------------------------
     def _files(self) -> None:
+        """One register and one predicate memory per lane, read by every stage at its own
+        addresses (the state before the block: write-back tokens are the only writers).
+        A write-back token commits to rd / pd of the stage it names."""
         c, s, k = self.c, self.spec, self.kind
         w = [self.cur_w.ch(i) for i in range(self.wb)]
 
-        def reg_addr(name: str) -> Field:
+        def addr(name: str, st: Stage, bits: int) -> Field:
             return bits_of(
-                c, f"ra.{name}", [self.ins[name].ch(i) for i in range(self.layout.reg_bits)] + w
+                c, f"ra.{name}.{st.index}", [st.ins[name].ch(i) for i in range(bits)] + w
             )
 
-        def pred_addr(name: str) -> Field:
-            return bits_of(
-                c, f"pa.{name}", [self.ins[name].ch(i) for i in range(self.layout.pred_bits)] + w
+        def written(name: str, bits: int) -> Field:
+            """The write-back's address: field `name` of the token's stage, and the warp."""
+            return products(
+                c,
+                f"wa.{name}",
+                Bits(bits + self.wb),
+                [
+                    [
+                        [(self.t_s.ch(st.index), st.ins[name].ch(i)) for st in self.st]
+                        for i in range(bits)
+                    ]
+                    + [[(wi, Lin.of(1))] for wi in w]
+                ],
             )
 
         # a final register write-back commits lane l if it names l, or all active lanes
@@ -325,39 +443,123 @@ class MachineCircuit:
             ],
         )
         we_lanes = [lane_part(c, f"rf.we{lane}", we, lane) for lane in range(self.lanes)]
-        wa, ra, rb, rc = (reg_addr(n) for n in ("rd", "a", "b", "c"))
-        rows = s.warps << self.layout.reg_bits
-        reads_a, reads_b, self.reads_c = [], [], []
+        rb, pb = self.layout.reg_bits, self.layout.pred_bits
+        wa = written("rd", rb)
+        self.reg_addr = {st.index: [addr(n, st, rb) for n in ("a", "b", "c")] for st in self.st}
+        rows = s.warps << rb
+        self.reg_files = []
         for lane in range(self.lanes):
             mem = c.memory(f"regs{lane}", rows, [Column("v", Bits(32))])
             c.write(mem, wa, [self.word_in], when=we_lanes[lane])
-            reads_a.append(c.read(mem, ra).outputs[0])
-            reads_b.append(c.read(mem, rb).outputs[0])
-            self.reads_c.append(c.read(mem, rc).outputs[0])  # atom.cas's new value, shfl's c
-        self.A = lanes_of(c, "A", reads_a)
-        self.B = self._operand("B", reads_b, "b_is_imm", "bimm", range(32))
-        # shfl's c: clamp (bits 0-4) and segmask (bits 8-12), a register or the constant
-        c_bits = range(SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS)
-        self.C = self._operand("C", self.reads_c, "c_is_imm", "imm", c_bits)
-        pa_w, pa_g, pa_a, pa_b, pa_t = (
-            pred_addr(n) for n in ("pd", "guard", "pa", "pb", "term_pred")
+            self.reg_files.append(mem)
+        pa_w = written("pd", pb)
+        self.pred_addr = {st.index: {n: addr(n, st, pb) for n in PRED_OPERANDS} for st in self.st}
+        self.pred_term_addr = bits_of(
+            c, "pa.term_pred", [self.blk["term_pred"].ch(i) for i in range(pb)] + w
         )
-        self.pg, self.pa, self.pb, self.pt = [], [], [], []
-        prow = s.warps << self.layout.pred_bits
+        prow = s.warps << pb
+        self.pred_files = []
         for lane in range(self.lanes):
             mem = c.memory(f"preds{lane}", prow, [Column("p", Bit())])
             c.write(mem, pa_w, [self.pv[lane]], when=self.pw[lane])
-            self.pg.append(c.read(mem, pa_g).outputs[0])
-            self.pa.append(c.read(mem, pa_a).outputs[0])
-            self.pb.append(c.read(mem, pa_b).outputs[0])
-            self.pt.append(c.read(mem, pa_t).outputs[0])
+            self.pred_files.append(mem)
+
+    # -- forwarding -------------------------------------------------------------------------------
+    def _forwarded(
+        self,
+        name: str,
+        width: int,
+        own: Sequence[Field],
+        writers: Sequence[tuple[Stage, Field]],
+        imm: tuple[Lin, Field | RowField] | None = None,
+    ) -> Field:
+        """An operand per lane: where an earlier stage wrote it on that lane (`writers`:
+        the stage and a Bit "it writes this operand"), the latest such stage's value (its
+        result V, or for a one-bit operand its new predicate); else the file's read (`own`,
+        per lane); or the ROM immediate where `imm` = (is-immediate bit, immediate) says so."""
+        c, lanes = self.c, range(self.lanes)
+        k, imm_f = imm if imm is not None else (Lin(), None)
+        hits: list[list[Lin]] = [[] for _ in lanes]
+        if writers:
+            hit = wires(
+                c,
+                f"{name}.fwd",
+                Bits(len(writers)) if len(writers) > 1 else Bit(),
+                [[[bit(same) + st.E.ch(0, lane) - 1] for st, same in writers] for lane in lanes],
+            )
+            hits = [[hit.ch(t, lane) for t in range(len(writers))] for lane in lanes]
+
+        def terms(lane: int, i: int) -> list[Lin]:
+            h = hits[lane]
+            out = [own[lane].ch(i) - sum(h, Lin()) - k]
+            for t, (st, _) in enumerate(writers):
+                value = st.V if width > 1 else st.p_new
+                out.append(value.ch(i, lane) + h[t] - sum(h[t + 1 :], Lin()) - k - 1)
+            if imm_f is not None:
+                out.append(imm_f.ch(i) + k - 1)
+            return out
+
+        enc = Bits(width) if width > 1 else Bit()
+        return wires(c, name, enc, [[terms(lane, i) for i in range(width)] for lane in lanes])
+
+    def _register_writers(self, st: Stage, operand: str) -> list[tuple[Stage, Field]]:
+        """The earlier stages that may write `operand`'s register in this block, each with
+        the bit "its rd is that register" (from the ROM, so early)."""
+        c = self.c
+        return [
+            (t, c.and_(c.equal(t.ins["rd"], st.ins[operand]), t.ins["wr"]))
+            for t in self.st[: st.index]
+        ]
+
+    def _predicate_writers(self, field: Field, stages: Sequence[Stage]) -> list:
+        """The stages that may write predicate `field` (a ROM field) in this block."""
+        c = self.c
+        return [(t, c.and_(c.equal(t.ins["pd"], field), t.ins["wp"])) for t in stages]
+
+    def _operands(self, st: Stage) -> None:
+        """The stage's a, b, c (shfl's c bits only: clamp and segmask) and predicates. A
+        later stage reads the register file at the depth where the stage before it
+        finishes (`after`), so its 32-bit reads do not hold residual width from the top."""
+        c, ins, c_bits = self.c, st.ins, SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS
+        ra, rb, rc = self.reg_addr[st.index]
+        for mem in self.reg_files:
+            st.reads_a.append(c.read(mem, ra).outputs[0])
+            st.reads_b.append(c.read(mem, rb).outputs[0])
+            st.reads_c.append(c.read(mem, rc).outputs[0])  # shfl's c
+        for n in PRED_OPERANDS:
+            st.pred_reads[n] = [
+                c.read(mem, self.pred_addr[st.index][n]).outputs[0] for mem in self.pred_files
+            ]
+        tag = f".{st.index}" if st.index else ""
+        st.A = self._forwarded(f"A{tag}", 32, st.reads_a, st.writers["a"])
+        st.B = self._forwarded(
+            f"B{tag}",
+            32,
+            st.reads_b,
+            st.writers["b"],
+            (ins["b_is_imm"].ch(0), ins["bimm"]),
+        )
+        st.C = self._forwarded(
+            f"C{tag}",
+            c_bits,
+            st.reads_c,
+            st.writers["c"],
+            (ins["c_is_imm"].ch(0), ins["imm"]),
+        )
+        st.preds = {  # the reads themselves where no earlier stage may write (no copy)
+            n: self._forwarded(f"p.{n}{tag}", 1, st.pred_reads[n], st.pred_writers[n])
+            if st.pred_writers[n]
+            else PerLane(st.pred_reads[n])
+            for n in PRED_OPERANDS
+        }
 
     def _serves_next_lane(self) -> dict[str, list[Lin]]:
         """A store or atomic serves its executing lanes one per pass, in lane order: the
         EXEC pass the first, then the pass of the token that ends lane l's tokens the next
         one after l. That token is its word's FAMEM(l), or for an atomic whose old value
         travels (rd live), the FREG(l) of that value. Conditions (each 1 or <= 0), by kind."""
-        k, atom, wb = self.kind, self.opc(Op.ATOM), self.ins["wb"].ch(0)
+        st = self.st[0]  # a store or atomic is alone in its block
+        k, atom, wb = self.kind, st.opc(Op.ATOM), st.ins["wb"].ch(0)
         famem = bit(k["FAMEM"]) + self.names_lane  # the model's FAMEM, not the host's
         return {
             # a store's, or an atomic's whose rd is dead (exclusive forms: wires sums them)
@@ -365,23 +567,15 @@ class MachineCircuit:
             "FREG": [bit(k["FREG"]) + atom - 1],
         }
 
-    def _operand(self, name: str, reads: list[Field], is_imm: str, imm: str, bits: range) -> Field:
-        """A source operand: the lanes' register reads, or the ROM row's immediate."""
-        k = self.ins[is_imm].ch(0)
-        return wires(
-            self.c,
-            name,
-            Bits(len(bits)),
-            [
-                [[reads[lane].ch(i) - k, self.ins[imm].ch(i) + k - 1] for i in bits]
-                for lane in range(self.lanes)
-            ],
-        )
+    @staticmethod
+    def _pred(st: Stage, name: str, lane: int) -> Lin:
+        """The stage's predicate operand `name` (guard, pa, pb) on a lane."""
+        return st.preds[name].ch(0, lane)
 
     # -- ALU ---------------------------------------------------------------------------------------
-    def _alu(self) -> None:
-        c, ins = self.c, self.ins
-        A, B = self.A, self.B
+    def _alu(self, st: Stage) -> None:
+        c, ins = self.c, st.ins
+        A, B = st.A, st.B
         has, neg = ins["has_guard"].ch(0), ins["guard_neg"].ch(0)
         gpass = wires(
             c,
@@ -391,17 +585,18 @@ class MachineCircuit:
                 [
                     [
                         1 - has,
-                        has + self.pg[lane].ch(0) - neg - 1,
-                        has + neg - self.pg[lane].ch(0) - 1,
+                        has + self._pred(st, "guard", lane) - neg - 1,
+                        has + neg - self._pred(st, "guard", lane) - 1,
                     ]
                 ]
                 for lane in range(self.lanes)
             ],
         )
         # lanes that execute the instruction: the active ones on EXEC; on the pass that ends
-        # a memory lane's tokens (`_serves_next_lane`), those after that lane
+        # a memory lane's tokens (`_serves_next_lane`; a store is alone in its block, so in
+        # stage 0), those after that lane
         k = self.kind
-        self.serves_next = mem_next = self._serves_next_lane()
+        mem_next = self.serves_next if st.index == 0 else {"FAMEM": [], "FREG": []}
 
         def runs(lane: int) -> list[Lin]:
             ready = self.cur_mask.ch(lane) + gpass.ch(0, lane)  # active, guard passes
@@ -411,19 +606,19 @@ class MachineCircuit:
                 + [f + lanes_below(self.t_sel, lane) + ready - 3 for f in mem_next["FREG"]]
             )
 
-        self.E = wires(c, "exe", Bit(), [[runs(lane)] for lane in range(self.lanes)])
+        st.E = wires(c, f"exe.{st.index}", Bit(), [[runs(lane)] for lane in range(self.lanes)])
         neg_a = ins["neg_a"].ch(0)
         pa_eff = wires(
             c,
             "sel.p",
             Bit(),
             [
-                [[self.pa[lane].ch(0) - neg_a, neg_a - self.pa[lane].ch(0)]]
+                [[self._pred(st, "pa", lane) - neg_a, neg_a - self._pred(st, "pa", lane)]]
                 for lane in range(self.lanes)
             ],
         )
-        adder = self._adder()
-        logic, shift = self._logic_unit(), self._shifter()
+        adder = self._adder(st)
+        logic, shift = self._logic_unit(st), self._shifter(st)
         results: dict[Op, Field] = {
             Op.ADD: adder,
             Op.SUB: adder,
@@ -435,15 +630,17 @@ class MachineCircuit:
             Op.SHR: shift,
             Op.SRA: shift,
             Op.SEL: c.mux(pa_eff, A, B),
-            Op.S2R: self._special_registers(),
-            Op.LD: self._loads(),
-            Op.VOTE: self._votes(pa_eff),
-            Op.SHFL: self._shuffle(),
-            **self._bit_counts(),
+            Op.S2R: st.s2r,
+            Op.LD: self._loads(st),
+            Op.VOTE: self._votes(st, pa_eff),
+            Op.SHFL: self._shuffle(st),
+            **self._bit_counts(st),
         }
-        self.results = results
+        st.results = results
 
-        def gathered(name: str, units: dict[Op, Field], extra: Field | None = None) -> Field:
+        def gathered(
+            name: str, units: dict[Op, Field | PerLane], extra: Field | None = None
+        ) -> Field:
             """The lane's result: the executing op's unit output (plus `extra`, already
             gated), one field."""
             return products(
@@ -453,7 +650,7 @@ class MachineCircuit:
                 [
                     [
                         [
-                            (self.opc(op), r.ch(i, lane))
+                            (st.opc(op), r.ch(i, lane))
                             for op, r in units.items()
                             if i < r.encoding.width
                         ]
@@ -465,7 +662,14 @@ class MachineCircuit:
             )
 
         quick = gathered("V.quick", {op: r for op, r in results.items() if op not in SLOW_UNITS})
-        self.V = gathered("V", {op: results[op] for op in SLOW_UNITS}, extra=quick)
+        slow = {op: results[op] for op in SLOW_UNITS}
+        st.V = gathered("V", slow, extra=quick)
+        # V's inputs: ready a layer before V
+        st.finishing = tuple(
+            f
+            for r in (*slow.values(), quick)
+            for f in (r.fields if isinstance(r, PerLane) else [r])
+        )
         hs, eq, ge = (c.compare(A, B, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         conds = list(Cond)
         neg_b = ins["neg_b"].ch(0)
@@ -474,7 +678,7 @@ class MachineCircuit:
             "plop.q",
             Bit(),
             [
-                [[self.pb[lane].ch(0) - neg_b, neg_b - self.pb[lane].ch(0)]]
+                [[self._pred(st, "pb", lane) - neg_b, neg_b - self._pred(st, "pb", lane)]]
                 for lane in range(self.lanes)
             ],
         )
@@ -490,46 +694,46 @@ class MachineCircuit:
             x, y, xy = pa_eff.ch(0, lane), pb_eff.ch(0, lane), both.ch(0, lane)
             values = {PredFn.AND: xy, PredFn.OR: x + y - xy, PredFn.XOR: x + y - 2 * xy}
             return [
-                (self.mode.ch(fns.index(fn)) + self.opc(Op.PLOP) - 1, form)
+                (st.mode.ch(fns.index(fn)) + st.opc(Op.PLOP) - 1, form)
                 for fn, form in values.items()
             ]
 
         votes = list(VoteMode)
         vote_terms = [
-            (self.mode.ch(votes.index(mode)) + self.opc(Op.VOTE) - 1, bit(result))
-            for mode, result in self.vote_preds.items()
+            (st.mode.ch(votes.index(mode)) + st.opc(Op.VOTE) - 1, bit(result))
+            for mode, result in st.vote_preds.items()
         ]
-        in_range = self.shfl_in_range
-        self.p_new = products(
+        in_range = st.shfl_in_range
+        st.p_new = products(
             c,
             "pred.new",
             Bit(),
             [
                 [
                     [
-                        (self.mode.ch(conds.index(cd)) + self.opc(Op.SETP) - 1, form)
+                        (st.mode.ch(conds.index(cd)) + st.opc(Op.SETP) - 1, form)
                         for cd, form in condition_forms(hs, eq, ge, lane).items()
                     ]
                     + plop_terms(lane)
                     + vote_terms
-                    + [(self.opc(Op.SHFL), in_range.ch(0, lane))]
+                    + [(st.opc(Op.SHFL), in_range.ch(0, lane))]
                 ]
                 for lane in range(self.lanes)
             ],
         )
 
-    def _shuffle(self) -> Field:
+    def _shuffle(self, st: Stage) -> Field:
         """shfl.sync (PTX ISA): lane l reads a from its source lane where that lane is in
         range (its own a otherwise; a source past the warp's last lane also gives its own),
         and the in-range bit is the predicate. Per lane, with b, clamp and segmask as
         5-bit lane numbers: min = l & segmask, max = min | (clamp & ~segmask); up: src =
         l - b, in range when src >= max; down: l + b <= max; bfly: l ^ b <= max;
         idx: src = min | (b & ~segmask) <= max."""
-        c, B, C, n = self.c, self.B, self.C, SHFL_LANE_BITS
+        c, B, C, n = self.c, st.B, st.C, SHFL_LANE_BITS
         modes, lanes = list(ShflMode), range(self.lanes)
 
         def mode_is(m: ShflMode) -> Lin:
-            return self.mode.ch(modes.index(m))
+            return st.mode.ch(modes.index(m))
 
         def segmask(j: int, lane: int) -> Lin:
             return C.ch(SHFL_SEGMASK_SHIFT + j, lane)
@@ -570,7 +774,7 @@ class MachineCircuit:
         def b_is(lane: int, v: int) -> Lin:
             return match_form([B.ch(j, lane) for j in range(n)], v)
 
-        shfl = self.opc(Op.SHFL)
+        shfl = st.opc(Op.SHFL)
         fits, takes = [], []  # per lane: in range per mode; (gate, source lane) terms
         for lane in lanes:
             top = value(max_lane, lane)
@@ -601,9 +805,9 @@ class MachineCircuit:
                     if pick is not None
                 ]
             takes.append(terms)
-        self.shfl_in_range = wires(c, "shfl.in", Bit(), [[fit] for fit in fits])
+        st.shfl_in_range = wires(c, "shfl.in", Bit(), [[fit] for fit in fits])
         # a_src = a_own + (a_src - a_own) where the source is another lane
-        A = self.A
+        A = st.A
         return products(
             c,
             "shfl",
@@ -618,10 +822,10 @@ class MachineCircuit:
             ],
         )
 
-    def _votes(self, pa_eff: Field) -> Field:
+    def _votes(self, st: Stage, pa_eff: Field) -> Field:
         """vote over the executing lanes' pa ^ neg_a: ballot (the voters' lane mask, in
         every lane) as a result, any and all as predicates (`vote_preds`)."""
-        c, E, lanes = self.c, self.E, range(self.lanes)
+        c, E, lanes = self.c, st.E, range(self.lanes)
         voters = wires(
             c,
             "vote.voters",
@@ -635,7 +839,7 @@ class MachineCircuit:
             Bit(),
             [[[1 + sum((voters.ch(n) - E.ch(0, n) for n in lanes), Lin())]]],
         )
-        self.vote_preds = {
+        st.vote_preds = {
             VoteMode.ANY: c.or_bits(voters, name="vote.any"),
             VoteMode.ALL: unanimous,
         }
@@ -646,9 +850,9 @@ class MachineCircuit:
             [[[voters.ch(n)] for n in lanes] for _ in lanes],
         )
 
-    def _bit_counts(self) -> dict[Op, Field]:
+    def _bit_counts(self, st: Stage) -> dict[Op, Field]:
         """popc, clz (32 for 0) and brev of a."""
-        c, A = self.c, self.A
+        c, A = self.c, st.A
         popc = c.to_bits(c.popcount(A), width=6, name="popc")
         top, any_ = c.priority(A, lowest=False, name="msb")
         clz = wires(
@@ -672,11 +876,11 @@ class MachineCircuit:
         )
         return {Op.POPC: popc, Op.CLZ: clz, Op.BREV: brev}
 
-    def _adder(self) -> Field:
+    def _adder(self, st: Stage) -> Field:
         """One adder for add, sub (a + ~b + 1) and the memory address (a + imm)."""
-        c, ins = self.c, self.ins
-        mem = self.opc(Op.LD) + self.opc(Op.ST) + self.opc(Op.ATOM)
-        sub = self.opc(Op.SUB)
+        c, ins = self.c, st.ins
+        mem = st.opc(Op.LD) + st.opc(Op.ST) + st.opc(Op.ATOM)
+        sub = st.opc(Op.SUB)
         operand = wires(
             c,
             "adder.b",
@@ -685,26 +889,26 @@ class MachineCircuit:
                 [
                     [
                         ins["imm"].ch(i) + mem - 1,
-                        self.B.ch(i, lane) - sub - mem,
-                        sub - self.B.ch(i, lane) - mem,
+                        st.B.ch(i, lane) - sub - mem,
+                        sub - st.B.ch(i, lane) - mem,
                     ]
                     for i in range(32)
                 ]
                 for lane in range(self.lanes)
             ],
         )
-        self.sum = c.add(self.A, operand, carry_in=bits_of(c, "adder.cin", [sub]))
-        return self.sum
+        st.sum = c.add(st.A, operand, carry_in=bits_of(c, "adder.cin", [sub]))
+        return st.sum
 
-    def _logic_unit(self) -> Field:
+    def _logic_unit(self, st: Stage) -> Field:
         """and / or / xor in one block, gated by the opcode (one result field)."""
         c = self.c
-        o_and, o_or, o_xor = self.opc(Op.AND), self.opc(Op.OR), self.opc(Op.XOR)
+        o_and, o_or, o_xor = st.opc(Op.AND), st.opc(Op.OR), st.opc(Op.XOR)
         chans = []
         for lane in range(self.lanes):
             lane_chans = []
             for i in range(32):
-                a, b = self.A.ch(i, lane), self.B.ch(i, lane)
+                a, b = st.A.ch(i, lane), st.B.ch(i, lane)
                 lane_chans.append(
                     [
                         (a + b + o_and - 2, Lin.of(1)),
@@ -719,30 +923,30 @@ class MachineCircuit:
             chans.append(lane_chans)
         return products(c, "logic", Bits(32), chans)
 
-    def _shifter(self) -> Field:
+    def _shifter(self, st: Stage) -> Field:
         """shl / shr / sra by the whole register b in one block, gated by the opcode:
         out_i = sum_k [b == k] * a_(i -+ k); sra fills with the sign where i + b >= 32."""
         c = self.c
-        ops = {Op.SHL: self.opc(Op.SHL), Op.SHR: self.opc(Op.SHR), Op.SRA: self.opc(Op.SRA)}
+        ops = {Op.SHL: st.opc(Op.SHL), Op.SHR: st.opc(Op.SHR), Op.SRA: st.opc(Op.SRA)}
         sign = wires(
             c,
             "sra.sign",
             Bit(),
-            [[[self.A.ch(31, lane) + ops[Op.SRA] - 1]] for lane in range(self.lanes)],
+            [[[st.A.ch(31, lane) + ops[Op.SRA] - 1]] for lane in range(self.lanes)],
         )
         out = c.new_field(c.fresh("shift"), Bits(32), self.lanes)
         neurons = []
         for lane in range(self.lanes):
-            forms, high = words_shift_forms(self.B, lane, 32)
-            low_value = sum((self.B.ch(j, lane) * (1 << j) for j in range(5)), Lin())
+            forms, high = words_shift_forms(st.B, lane, 32)
+            low_value = sum((st.B.ch(j, lane) * (1 << j) for j in range(5)), Lin())
             for k, form in enumerate(forms):
                 for i in range(32):
                     o = {out.sig(i, lane): 1}
                     if i - k >= 0:
-                        neurons.append(neuron(form + ops[Op.SHL] - 1, o, up=self.A.ch(i - k, lane)))
+                        neurons.append(neuron(form + ops[Op.SHL] - 1, o, up=st.A.ch(i - k, lane)))
                     if i + k < 32:
                         gate = form + ops[Op.SHR] + ops[Op.SRA] - 1
-                        neurons.append(neuron(gate, o, up=self.A.ch(i + k, lane)))
+                        neurons.append(neuron(gate, o, up=st.A.ch(i + k, lane)))
             top = sign.ch(0, lane)
             neurons.append(neuron(top, {out.sig(i, lane): 1 for i in range(32)}))
             for i in range(32):
@@ -750,17 +954,18 @@ class MachineCircuit:
                 o = {out.sig(i, lane): 1}
                 neurons.append(neuron(keep + 1, {out.sig(i, lane): -1}, up=top))
                 neurons.append(neuron(keep, o, up=top))
-        c.mlp("shift", [self.A, self.B, sign, self.op], [out], neurons)
+        c.mlp("shift", [st.A, st.B, sign, st.op], [out], neurons)
         return out
 
-    def _special_registers(self) -> Field:
+    def _special_registers(self, st: Stage) -> Field:
         """s2r: %tid (thread t = lanes * warp + lane's entry in the BLOCK table), %ntid,
         %ctaid, %nctaid (the latches), %laneid, %warpid."""
         c = self.c
         specials = list(Special)
+        mode = [st.ins["mode"].ch(i) for i in range(st.ins["mode"].encoding.width)]
 
-        def m(sp: Special) -> Lin:
-            return self.mode.ch(specials.index(sp))
+        def m(sp: Special) -> Lin:  # from the mode bits: built before the mode one-hot
+            return match_form(mode, specials.index(sp))
 
         def axis_specials(name: str) -> list[Special]:
             return [Special(f"{name}.{a}") for a in AXES]
@@ -770,10 +975,12 @@ class MachineCircuit:
             for name, axes in (("ntid", self.block), ("nctaid", self.grid), ("ctaid", self.cta))
             for sp, f in zip(axis_specials(name), axes.values(), strict=True)
         ]
+        # only the low bits of a special register can be set: the field is that narrow
+        width = max(DIM_BITS, INDEX_BITS, self.wb, (self.lanes - 1).bit_length())
         lanes = []
         for lane in range(self.lanes):
             chans = []
-            for i in range(32):
+            for i in range(width):
                 terms = []
                 for w in range(self.spec.warps):
                     here = matches(self.cur_w, w)
@@ -788,18 +995,18 @@ class MachineCircuit:
                 terms += [m(sp) + f.ch(i) - 1 for sp, f in latched if i < f.encoding.width]
                 chans.append(terms)
             lanes.append(chans)
-        return wires(c, "s2r", Bits(32), lanes)
+        return wires(c, "s2r", Bits(width), lanes)
 
-    def _address_traps(self) -> None:
+    def _address_traps(self, st: Stage) -> None:
         """Per lane, a load/store/atomic whose byte address a + imm is not 4-byte aligned or
         lies outside memory, as the interpreter traps (`trap_misaligned`, `trap_outside`;
         misaligned wins, as in the interpreter's message)."""
-        c, s, lanes = self.c, self.sum, range(self.lanes)
-        mem = self.opc(Op.LD) + self.opc(Op.ST) + self.opc(Op.ATOM)
+        c, s, lanes = self.c, st.sum, range(self.lanes)
+        mem = st.opc(Op.LD) + st.opc(Op.ST) + st.opc(Op.ATOM)
         low = WORD_ADDR_SHIFT
         top = low + ADDR_BITS  # the first bit past a word index
         # misaligned: a word access with either low bit set, st.16 with bit 0 (st.8: never)
-        byte, half = (bit(self.narrow[w]) for w in (StoreWidth.B8, StoreWidth.B16))
+        byte, half = (bit(st.narrow[w]) for w in (StoreWidth.B8, StoreWidth.B16))
         word_access = 1 - byte - half
         odd = wires(
             c,
@@ -821,12 +1028,12 @@ class MachineCircuit:
         ex = bit(self.kind["EXEC"])
 
         def traps(n: int) -> Lin:
-            return ex + mem + self.E.ch(0, n) - 2  # lane n runs a memory instruction
+            return ex + mem + st.E.ch(0, n) - 2  # lane n runs a memory instruction
 
-        self.trap_misaligned = wires(
+        st.trap_misaligned = wires(
             c, "trap.misaligned", Bits(self.lanes), [[[traps(n) + odd.ch(0, n) - 1] for n in lanes]]
         )
-        self.trap_outside = wires(
+        st.trap_outside = wires(
             c,
             "trap.outside",
             Bits(self.lanes),
@@ -841,23 +1048,33 @@ class MachineCircuit:
             ],
         )
 
-    def _loads(self) -> Field:
+    def _loads(self, st: Stage) -> Field:
         """ld and the memory unit's read port: one memory copy per lane, addressed by the
-        lane's word a + imm (bits 2..8 of the byte address)."""
-        c = self.c
-        self._address_traps()
-        self.word_addr = [
+        lane's word a + imm (bits 2..8 of the byte address); each stage reads its own."""
+        c, tag = self.c, f".{st.index}" if st.index else ""
+        self._address_traps(st)
+        st.word_addr = [
             bits_of(
                 c,
-                f"wordaddr{lane}",
-                [self.sum.ch(WORD_ADDR_SHIFT + i, lane) for i in range(ADDR_BITS)],
+                f"wordaddr{lane}{tag}",
+                [st.sum.ch(WORD_ADDR_SHIFT + i, lane) for i in range(ADDR_BITS)],
             )
             for lane in range(self.lanes)
         ]
-        self._memory_lane()
-        # FAMEM(l) commits to lane l's a + imm, recomputed on its own pass (lane l's
-        # registers and the block are the same as on the pass that computed the word); the
-        # host's memory load (no lane) to the MADDR cursor
+        if st.index == 0:
+            self._memory_lane(st)
+            self._global_memory(st)
+        st.loaded = [
+            c.read(mem, st.word_addr[lane]).outputs[0] for lane, mem in enumerate(self.memories)
+        ]
+        return PerLane(st.loaded)
+
+    def _global_memory(self, st: Stage) -> None:
+        """The memory, one copy per lane (each lane reads its own word on a pass). FAMEM(l)
+        commits to lane l's a + imm, recomputed on its own pass (lane l's registers and the
+        block, a store alone in it, are the same as on the pass that computed the word);
+        the host's memory load (no lane) to the MADDR cursor."""
+        c = self.c
         no_lane = 1 - self.names_lane
         store_addr = products(
             c,
@@ -867,28 +1084,25 @@ class MachineCircuit:
                 [
                     [(no_lane, self.memcur.ch(i))]
                     + [
-                        (self.t_lane.ch(n), self.sum.ch(WORD_ADDR_SHIFT + i, n))
+                        (self.t_lane.ch(n), st.sum.ch(WORD_ADDR_SHIFT + i, n))
                         for n in range(self.lanes)
                     ]
                     for i in range(ADDR_BITS)
                 ]
             ],
         )
-        reads = []
+        self.memories = []
         for lane in range(self.lanes):
             mem = c.memory(f"mem{lane}", self.spec.memory_words, [Column("v", Bits(32))])
             c.write(mem, store_addr, [self.word_in], when=self.kind["FAMEM"])
-            reads.append(c.read(mem, self.word_addr[lane]).outputs[0])
-        self.loaded = reads
-        return lanes_of(c, "ld", reads)
+            self.memories.append(mem)
 
-    def _memory_lane(self) -> None:
+    def _memory_lane(self, st: Stage) -> None:
         """The lane a store or atomic serves on this pass: the first executing one (EXEC's
         first, or the next after the lane whose tokens just ended, `_serves_next_lane`)."""
         c, k = self.c, self.kind
-        exe = bits_of(c, "exe.bits", [self.E.ch(0, lane) for lane in range(self.lanes)])
+        exe = bits_of(c, "exe.bits", [st.E.ch(0, lane) for lane in range(self.lanes)])
         self.exe_first, self.exe_any = c.priority(exe, name="exe.first")
-        self.exe_bits = exe
         # the passes whose memory lane the atomic buffer keeps
         mem_next = self.serves_next
         self.memory_pass = wires(
@@ -902,23 +1116,26 @@ class MachineCircuit:
     def _memory_unit(self) -> None:
         """For the memory lane l (`_memory_lane`): old = mem[addr_l], new = fn(old, b_l[, c_l])
         (st: b_l), kept with l in a buffer that the following FAMEM / FREG tokens read out."""
-        c = self.c
+        c, st = self.c, self.st[0]  # a store or atomic is alone in its block
         lane = self.exe_first
-        old = pick_lane(c, "atom.old", lane, lanes_of(c, "loaded", self.loaded))
-        b = pick_lane(c, "atom.b", lane, self.B)
-        # cas's new value, straight from the register reads (no lanes field in between)
+        old = pick_lane(c, "atom.old", lane, PerLane(st.loaded))
+        b = pick_lane(c, "atom.b", lane, st.B)
+        # cas's new value, straight from register reads (no lanes field in between) made
+        # where the memory unit works: the operand's early reads die with shfl's C
+        ra_c = self.reg_addr[0][2]
+        late_c = [c.read(mem, ra_c, after=[old]).outputs[0] for mem in self.reg_files]
         swap = products(
             c,
             "atom.c",
             Bits(32),
-            [[[(lane.ch(n), r.ch(i)) for n, r in enumerate(self.reads_c)] for i in range(32)]],
+            [[[(lane.ch(n), r.ch(i)) for n, r in enumerate(late_c)] for i in range(32)]],
         )
         hs, eq, ge = (c.compare(old, b, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         cf = condition_forms(hs, eq, ge, 0)
         atoms = list(AtomOp)
 
         def fn_is(fn: AtomOp) -> Lin:
-            return self.opc(Op.ATOM) + self.mode.ch(atoms.index(fn)) - 1
+            return st.opc(Op.ATOM) + st.mode.ch(atoms.index(fn)) - 1
 
         # one adder for add (old + b), inc (old + 1) and dec (old + 0xffffffff)
         addend = wires(
@@ -943,22 +1160,40 @@ class MachineCircuit:
             AtomOp.DEC: [(wraps, b), (1 - wraps, total)],
             AtomOp.EXCH: [(Lin.of(1), b)],
             AtomOp.CAS: [(cf[Cond.EQ], swap), (1 - cf[Cond.EQ], old)],
-            AtomOp.AND: [(Lin.of(1), c.bit_and(old, b))],
-            AtomOp.OR: [(Lin.of(1), c.bit_or(old, b))],
-            AtomOp.XOR: [(Lin.of(1), c.bit_xor(old, b))],
             AtomOp.MIN: [(cf[Cond.LT], old), (1 - cf[Cond.LT], b)],
             AtomOp.MAX: [(cf[Cond.GT], old), (1 - cf[Cond.GT], b)],
             AtomOp.MINU: [(cf[Cond.LO], old), (1 - cf[Cond.LO], b)],
             AtomOp.MAXU: [(cf[Cond.HI], old), (1 - cf[Cond.HI], b)],
         }
-        narrow = self.narrow
-        word_store = self.opc(Op.ST) - bit(narrow[StoreWidth.B8]) - bit(narrow[StoreWidth.B16])
+        # and / or / xor in one field, gated by the function (as the ALU's logic unit)
+        f_and, f_or, f_xor = (fn_is(f) for f in (AtomOp.AND, AtomOp.OR, AtomOp.XOR))
+        logic = products(
+            c,
+            "atom.logic",
+            Bits(32),
+            [
+                [
+                    [
+                        (old.ch(i) + b.ch(i) + f_and - 2, Lin.of(1)),
+                        (old.ch(i) + f_or - 1, Lin.of(1)),
+                        (b.ch(i) + f_or - 1, Lin.of(1)),
+                        (old.ch(i) + b.ch(i) + f_or - 2, Lin.of(-1)),
+                        (old.ch(i) + f_xor - 1, Lin.of(1)),
+                        (b.ch(i) + f_xor - 1, Lin.of(1)),
+                        (old.ch(i) + b.ch(i) + f_xor - 2, Lin.of(-2)),
+                    ]
+                    for i in range(32)
+                ]
+            ],
+        )
+        narrow = st.narrow
+        word_store = st.opc(Op.ST) - bit(narrow[StoreWidth.B8]) - bit(narrow[StoreWidth.B16])
         # the memory lane's byte offset in the word, for st.8 / st.16
         offset = products(
             c,
             "store.offset",
             Bits(WORD_ADDR_SHIFT),
-            [[[(lane.ch(n), self.sum.ch(i, n)) for n in range(self.lanes)] for i in range(2)]],
+            [[[(lane.ch(n), st.sum.ch(i, n)) for n in range(self.lanes)] for i in range(2)]],
         )
         chans = []
         for i in range(32):
@@ -977,6 +1212,7 @@ class MachineCircuit:
                     terms.append((bit(is_narrow) + at - 1, src))
             for fn, options in choices.items():
                 terms += [(fn_is(fn) + when - 1, r.ch(i)) for when, r in options]
+            terms.append((Lin.of(1), logic.ch(i)))
             chans.append(terms)
         new = products(c, "atom.new", Bits(32), [chans])
         self.atb_new, self.atb_old, self.atb_lane = self._register(
@@ -988,30 +1224,19 @@ class MachineCircuit:
             ],
             [new, old, lane],
             self.memory_pass,
+            after=[self.st[-1].V],  # read by the write-back logic, after the last stage
         )
 
     # -- terminator and scheduler ---------------------------------------------------------------
     def _terminator(self) -> None:
-        c, ins, k = self.c, self.ins, self.kind
-        fwd = c.and_(c.equal(ins["pd"], ins["term_pred"]), ins["wp"])
-        fwd_e = wires(
-            c, "fwd.e", Bit(), [[[bit(fwd) + self.E.ch(0, lane) - 1]] for lane in range(self.lanes)]
+        c, k = self.c, self.kind
+        ins = self.blk
+        self.pt = [c.read(mem, self.pred_term_addr).outputs[0] for mem in self.pred_files]
+        # the branch predicate: the latest stage's new value on lanes that wrote it
+        p_eff = self._forwarded(
+            "term.p", 1, self.pt, self._predicate_writers(ins["term_pred"], self.st)
         )
         tn = ins["term_neg"].ch(0)
-        p_eff = wires(
-            c,
-            "term.p",
-            Bit(),
-            [
-                [
-                    [
-                        self.pt[lane].ch(0) - fwd_e.ch(0, lane),
-                        self.p_new.ch(0, lane) + fwd_e.ch(0, lane) - 1,
-                    ]
-                ]
-                for lane in range(self.lanes)
-            ],
-        )
         cond = wires(
             c,
             "term.cond",
@@ -1224,166 +1449,251 @@ class MachineCircuit:
 
     # -- results buffer and the next token ------------------------------------------------------
     def _results(self) -> None:
-        """EXEC keeps the lanes' results, the executed lanes and the new predicates in deep
+        """EXEC keeps each stage's lane results, executed lanes and new predicates in deep
         one-row memories; the write-back passes after it read them."""
         c = self.c
-        exe_bits, first = self.exe_bits, self.exe_first
-        pvals = wires(
-            c,
-            "pvals",
-            Bits(self.lanes),
-            [[[self.p_new.ch(0, lane) + self.E.ch(0, lane) - 1] for lane in range(self.lanes)]],
-        )
-        v_first = pick_lane(c, "v.first", first, self.V)
-        eq = c.equal(self.V, v_first)
+        self.res_v, self.res_e, self.res_p, self.res_u = [], [], [], []
+        last = self.st[-1]
+        for st in self.st:
+            s, E = st.index, st.E
+            exe_bits = bits_of(c, f"exe.bits.{s}", [E.ch(0, lane) for lane in range(self.lanes)])
+            first, _ = c.priority(exe_bits, name=f"exe.first.{s}")
+            pvals = wires(
+                c,
+                f"pvals.{s}",
+                Bits(self.lanes),
+                [[[st.p_new.ch(0, lane) + E.ch(0, lane) - 1] for lane in range(self.lanes)]],
+            )
+            # the executed lanes and predicates are known long before the uniform flag
+            # (which compares the results): kept apart, the write-back logic reads them early
+            res_e, res_p = self._register(
+                f"result.lanes.{s}",
+                [Column("exe", Bits(self.lanes)), Column("pv", Bits(self.lanes))],
+                [exe_bits, pvals],
+                self.kind["EXEC"],
+            )
+            # an earlier stage's results are kept where the last stage's are (the
+            # write-back logic wants them all at once), not beside a later stage's datapath
+            late = c.placed_after([last.V]) if st is not last else contextlib.nullcontext()
+            with late:
+                values, uniform = self._stage_results(st, first, after=last.finishing)
+            self.res_v.append(values)
+            self.res_e.append(res_e)
+            self.res_p.append(res_p)
+            self.res_u.append(uniform)
+
+    def _stage_results(
+        self, st: Stage, first: Field, after: Sequence[Field]
+    ) -> tuple[list[Field], Field]:
+        """A stage's results buffer (one memory per lane, read no earlier than `after`)
+        and its uniform flag: every active lane executed and all values are equal, so one
+        write-back word serves them all."""
+        c, s, E, lanes = self.c, st.index, st.E, range(self.lanes)
+        v_first = pick_lane(c, f"v.first.{s}", first, st.V)
+        eq = c.equal(st.V, v_first)
         ok = wires(
             c,
-            "uni.ok",
+            f"uni.ok.{s}",
             Bit(),
-            [
-                [[1 - self.E.ch(0, lane), self.E.ch(0, lane) + eq.ch(0, lane) - 1]]
-                for lane in range(self.lanes)
-            ],
+            [[[1 - E.ch(0, lane), E.ch(0, lane) + eq.ch(0, lane) - 1]] for lane in lanes],
         )
-        missing = sum(
-            (self.cur_mask.ch(lane) - self.E.ch(0, lane) for lane in range(self.lanes)), Lin()
-        )
-        uni = wires(
-            c,
-            "uniform",
-            Bit(),
-            [
-                [
-                    [
-                        sum((ok.ch(0, lane) for lane in range(self.lanes)), Lin())
-                        - (self.lanes - 1)
-                        - missing
-                    ]
-                ]
-            ],
-        )
-        self.res_v = [
+        missing = sum((self.cur_mask.ch(lane) - E.ch(0, lane) for lane in lanes), Lin())
+        executed_alike = sum((ok.ch(0, lane) for lane in lanes), Lin()) - (self.lanes - 1)
+        uni = wires(c, f"uniform.{s}", Bit(), [[[executed_alike - missing]]])
+        values = [
             self._register(
-                f"result{lane}",
+                f"result{s}.{lane}",
                 [Column("v", Bits(32))],
-                [lane_part(c, f"v{lane}", self.V, lane)],
+                [lane_part(c, f"v{s}.{lane}", st.V, lane)],
                 self.kind["EXEC"],
+                after=after,
             )[0]
-            for lane in range(self.lanes)
+            for lane in lanes
         ]
-        # the executed lanes and predicates are known long before the uniform flag (which
-        # compares the results): kept apart, the write-back logic reads them early
-        self.res_e, self.res_p = self._register(
-            "result.lanes",
-            [Column("exe", Bits(self.lanes)), Column("pv", Bits(self.lanes))],
-            [exe_bits, pvals],
-            self.kind["EXEC"],
+        (uniform,) = self._register(
+            f"result.uniform.{s}", [Column("uni", Bit())], [uni], self.kind["EXEC"]
         )
-        (self.res_u,) = self._register(
-            "result.uniform", [Column("uni", Bit())], [uni], self.kind["EXEC"]
-        )
+        return values, uniform
 
     def _next_token(self) -> None:
-        c, k, ins = self.c, self.kind, self.ins
-        E = self.res_e
-        any_e = c.or_bits(E, name="any.exe")
-        efirst, _ = c.priority(E, name="res.first")
-        # lanes after the current register write-back's lane / the current atomic's lane
+        """After an EXEC: a TRAP, or the write-backs due, stage by stage (its PRED, then its
+        register word, lane by lane or once for all lanes), or a store's / atomic's words,
+        then the scheduler's token. Each pass finds the next item from its own token."""
+        c, k = self.c, self.kind
+        st0, stages, lanes = self.st[0], range(self.stages), range(self.lanes)
+        L = self.lanes
+        ts = [self.t_s.ch(s) for s in stages]
+        any_e = [c.or_bits(E, name=f"any.exe.{s}") for s, E in enumerate(self.res_e)]
+        efirst = [c.priority(E, name=f"res.first.{s}")[0] for s, E in enumerate(self.res_e)]
+        # lanes after the current register write-back's lane among its stage's executed
+        # lanes / after the current atomic's lane
         after_sel = wires(
             c,
             "after.sel",
-            Bits(self.lanes),
-            [[[E.ch(lane) + lanes_below(self.t_sel, lane) - 1] for lane in range(self.lanes)]],
+            Bits(L),
+            [
+                [
+                    [
+                        self.res_e[s].ch(lane) + ts[s] + lanes_below(self.t_sel, lane) - 2
+                        for s in stages
+                    ]
+                    for lane in lanes
+                ]
+            ],
         )
         nxt, nxt_any = c.priority(after_sel, name="next.lane")
-        pred_back = ins["wbp"].ch(0)  # writes a live-out predicate
-        is_mem = self.opc(Op.ST) + self.opc(Op.ATOM)
-        wb = ins["wb"].ch(0)
-        is_atom_op = self.opc(Op.ATOM)
-        ex, ae = bit(k["EXEC"]), bit(any_e)
+        is_mem = bit(self.mem_kind, 0) + bit(self.mem_kind, 1)
+        atom = bit(self.mem_kind, 1)  # a store or atomic is alone in its block: stage 0
+        ex = bit(k["EXEC"])
         sel_all = self.t_sel.ch(self.vocab.all_lanes)
-        # an address trap ends the launch: TRAP(first trapping lane, why) after the EXEC
+        # an address trap ends the launch: TRAP(stage, first trapping lane, why) after the
+        # EXEC, for the first stage that traps (the interpreter stops there)
         trapping = wires(
             c,
             "trap.lanes",
-            Bits(self.lanes),
-            [[[self.trap_misaligned.ch(n), self.trap_outside.ch(n)] for n in range(self.lanes)]],
+            Bits(self.stages * L),
+            [[[st.trap_misaligned.ch(n), st.trap_outside.ch(n)] for st in self.st for n in lanes]],
         )
         tfirst, trap_any = c.priority(trapping, name="trap.first")
         trap = bit(trap_any)
-        go = {
-            "trap": trap,
-            "pred": ex + pred_back + ae - trap - 2,
-            # rd after EXEC, or after its PRED when the instruction writes both (shfl|p)
-            "reg.start": [
-                ex + wb - pred_back - is_atom_op + ae - trap - 2,
-                bit(k["PRED"]) + wb - is_atom_op + ae - 2,
+        # the write-back items due, in token order: stage s's PRED (item 2s), then its
+        # register word (item 2s + 1; an atomic's old value goes its own way, below)
+        due = wires(
+            c,
+            "wb.due",
+            Bits(2 * self.stages),
+            [
+                [
+                    terms
+                    for s, st in enumerate(self.st)
+                    for terms in (
+                        [st.ins["wbp"].ch(0) + bit(any_e[s]) - 1],
+                        [st.ins["wb"].ch(0) + bit(any_e[s]) - (atom if s == 0 else 0) - 1],
+                    )
+                ]
             ],
-            "reg.next": bit(k["BREG"]) - is_atom_op,
-            "reg.lane": bit(k["FREG"]) - sel_all + bit(nxt_any) - is_atom_op - 1,
+        )
+        # where the current token leaves the sequence: after the EXEC (-1), after stage s's
+        # PRED (2s), after stage s's last register token (2s + 1)
+        after: dict[int, list[Lin]] = {-1: [ex - trap]}
+        freg = bit(k["FREG"])
+        for s in stages:
+            after[2 * s] = [bit(k["PRED"]) + ts[s] - 1]
+            after[2 * s + 1] = [
+                freg + ts[s] + sel_all - atom - 2,  # the all-lanes word
+                freg + ts[s] - sel_all - bit(nxt_any) - atom - 1,  # the last lane's
+            ]
+
+        def starts(item: int) -> list[Lin]:
+            """Item `item` comes next: it is due, and none between the cursor and it is."""
+            return [
+                form + due.ch(item) - sum((due.ch(j) for j in range(cur + 1, item)), Lin()) - 1
+                for cur, forms in after.items()
+                if cur < item
+                for form in forms
+            ]
+
+        go: dict[str, list[Lin]] = {"trap": [trap]}
+        for s in stages:
+            go[f"pred{s}"] = starts(2 * s)
+            go[f"reg.start{s}"] = starts(2 * s + 1)
+            go[f"reg.next{s}"] = [bit(k["BREG"]) + ts[s] - atom - 1]
+            go[f"reg.lane{s}"] = [freg + ts[s] - sel_all + bit(nxt_any) - atom - 2]
+        go |= {
             # a store's / atomic's word for the lane the memory unit served on this pass:
             # the EXEC's first executing lane, then each next one (`_serves_next_lane`)
-            "amem.start": bit(self.memory_pass) + is_mem + bit(self.exe_any) - trap - 2,
-            "amem.next": bit(k["BAMEM"]),
+            "amem.start": [bit(self.memory_pass) + is_mem + bit(self.exe_any) - trap - 2],
+            "amem.next": [bit(k["BAMEM"])],
             # an atomic's old value, to rd of the lane its FAMEM(l) named (BREG/FREG(l))
-            "areg.start": bit(k["FAMEM"]) + self.names_lane + wb + is_atom_op - 3,
-            "areg.next": bit(k["BREG"]) + is_atom_op - 1,
+            "areg.start": [bit(k["FAMEM"]) + self.names_lane + st0.ins["wb"].ch(0) + atom - 3],
+            "areg.next": [bit(k["BREG"]) + atom - 1],
         }
         names = list(go)
-        gof = wires(
-            c, "go", Bits(len(names)), [[(g if isinstance(g, list) else [g]) for g in go.values()]]
-        )
+        gof = wires(c, "go", Bits(len(names)), [list(go.values())])
 
         def g(name: str) -> Lin:
             return gof.ch(names.index(name))
 
-        reg_start, reg_next, reg_lane = g("reg.start"), g("reg.next"), g("reg.lane")
+        def g_all(prefix: str) -> Lin:
+            return sum((g(f"{prefix}{s}") for s in stages), Lin())
+
+        pred = [g(f"pred{s}") for s in stages]
+        reg_start = [g(f"reg.start{s}") for s in stages]
+        reg_next = [g(f"reg.next{s}") for s in stages]
+        reg_lane = [g(f"reg.lane{s}") for s in stages]
         sched = wires(
             c, "go.sched", Bit(), [[[1 - sum((gof.ch(i) for i in range(len(names))), Lin())]]]
         )
-        # the register write-back's lane (value) and selector (token)
+        # the register write-back's stage and lane (value) and selector (token)
         wlane = wires(
             c,
             "wb.lane",
-            OneHot(self.lanes, allow_none=True),
+            OneHot(self.stages * L, allow_none=True),
             [
                 [
                     [
-                        reg_start + efirst.ch(lane) - 1,
-                        reg_next + self.t_sel.ch(lane) - 1,
-                        reg_next + sel_all + efirst.ch(lane) - 2,
-                        reg_lane + nxt.ch(lane) - 1,
+                        reg_start[s] + efirst[s].ch(lane) - 1,
+                        reg_next[s] + self.t_sel.ch(lane) - 1,
+                        reg_next[s] + sel_all + efirst[s].ch(lane) - 2,
+                        reg_lane[s] + nxt.ch(lane) - 1,
                     ]
-                    for lane in range(self.lanes)
+                    for s in stages
+                    for lane in lanes
                 ]
             ],
         )
-        u = self.res_u.ch(0)
+        u = [self.res_u[s].ch(0) for s in stages]
         wsel = wires(
             c,
             "o_sel",
-            OneHot(self.lanes + 1, allow_none=True),
+            OneHot(L + 1, allow_none=True),
             [
                 [
                     *[
                         [
-                            reg_start + efirst.ch(lane) - u - 1,
-                            reg_next + self.t_sel.ch(lane) - 1,
-                            reg_lane + nxt.ch(lane) - 1,
+                            form
+                            for s in stages
+                            for form in (
+                                reg_start[s] + efirst[s].ch(lane) - u[s] - 1,
+                                reg_next[s] + self.t_sel.ch(lane) - 1,
+                                reg_lane[s] + nxt.ch(lane) - 1,
+                            )
+                        ]
+                        + [
                             g("areg.start") + self.t_lane.ch(lane) - 1,
                             g("areg.next") + self.t_sel.ch(lane) - 1,
                         ]
-                        for lane in range(self.lanes)
+                        for lane in lanes
                     ],
-                    [reg_start + u - 1, reg_next + sel_all - 1],
+                    [
+                        form
+                        for s in stages
+                        for form in (reg_start[s] + u[s] - 1, reg_next[s] + sel_all - 1)
+                    ],
                 ]
             ],
         )
-        v_reg = pick_lane(c, "wb.vreg", wlane, lanes_of(c, "results", self.res_v))
-        reg_t, amem_t, areg_t = (
-            reg_start + reg_next + reg_lane,
-            g("amem.start") + g("amem.next"),
-            g("areg.start") + g("areg.next"),
+        o_s = wires(
+            c,
+            "o_s",
+            OneHot(self.stages, allow_none=True),
+            [
+                [
+                    [pred[s], reg_start[s], reg_next[s], reg_lane[s]]
+                    + ([g("areg.start"), g("areg.next")] if s == 0 else [])
+                    + [g("trap") + sum((tfirst.ch(s * L + n) for n in lanes), Lin()) - 1]
+                    for s in stages
+                ]
+            ],
+        )
+        results = [r for s in stages for r in self.res_v[s]]
+        v_reg = pick_lane(c, "wb.vreg", wlane, lanes_of(c, "results", results))
+        reg_t = g_all("reg.start") + g_all("reg.next") + g_all("reg.lane")
+        amem_t, areg_t = g("amem.start") + g("amem.next"), g("areg.start") + g("areg.next")
+        reg_start_all, reg_next_all, reg_lane_all = (
+            g_all("reg.start"),
+            g_all("reg.next"),
+            g_all("reg.lane"),
         )
         word = products(
             c,
@@ -1400,14 +1710,14 @@ class MachineCircuit:
                 ]
             ],
         )
-        starts = reg_start + reg_lane + g("amem.start") + g("areg.start")
-        nexts = [reg_next, g("amem.next"), g("areg.next")]
+        firsts = reg_start_all + reg_lane_all + g("amem.start") + g("areg.start")
+        nexts = [reg_next_all, g("amem.next"), g("areg.next")]
         pos = wires(
             c,
             "wb.pos",
             OneHot(WORD_BYTES, allow_none=True),
             [
-                [[starts]]
+                [[firsts]]
                 + [[nx + self.t_k.ch(j) - 1 for nx in nexts] for j in range(WORD_BYTES - 1)]
             ],
         )
@@ -1449,7 +1759,7 @@ class MachineCircuit:
             "BAR": [sch + al - ar - 1],
             "CTA": [sch - al + mc - 1],
             "END": [sch - al - mc],
-            "PRED": [g("pred")],
+            "PRED": pred,
             "TRAP": [g("trap")],
             "BREG": word_token(tgt.ch(0), as_byte) + word_token(tgt.ch(2), as_byte),
             "FREG": word_token(tgt.ch(0), as_final) + word_token(tgt.ch(2), as_final),
@@ -1494,10 +1804,13 @@ class MachineCircuit:
             c,
             "o_pv",
             Bits(self.lanes),
-            [[[g("pred") + self.res_p.ch(i) - 1] for i in range(self.lanes)]],
+            [[[pred[s] + self.res_p[s].ch(i) - 1 for s in stages] for i in lanes]],
         )
         o_pw = wires(
-            c, "o_pw", Bits(self.lanes), [[[g("pred") + E.ch(i) - 1] for i in range(self.lanes)]]
+            c,
+            "o_pw",
+            Bits(self.lanes),
+            [[[pred[s] + self.res_e[s].ch(i) - 1 for s in stages] for i in lanes]],
         )
         o_lane = wires(
             c,
@@ -1507,7 +1820,7 @@ class MachineCircuit:
                 [
                     [
                         *word_token(tgt.ch(1) + self.atb_lane.ch(i) - 1, as_final),  # FAMEM
-                        g("trap") + tfirst.ch(i) - 1,
+                        *[g("trap") + tfirst.ch(s * L + i) - 1 for s in stages],
                     ]
                     for i in range(self.lanes)
                 ]
@@ -1517,7 +1830,15 @@ class MachineCircuit:
             c,
             "o_why",
             Bits(1),
-            [[[g("trap") + tfirst.ch(n) + self.trap_outside.ch(n) - 2 for n in range(self.lanes)]]],
+            [
+                [
+                    [
+                        g("trap") + tfirst.ch(st.index * L + n) + st.trap_outside.ch(n) - 2
+                        for st in self.st
+                        for n in lanes
+                    ]
+                ]
+            ],
         )
         o_sel, o_k, o_n, o_v = wsel, k_out, n_out, v_out
         self.outputs = [
@@ -1526,6 +1847,7 @@ class MachineCircuit:
             o_w,
             o_mask,
             o_sel,
+            o_s,
             o_k,
             o_n,
             o_v,
@@ -1542,7 +1864,34 @@ class MachineCircuit:
         self._front_end()
         self._rom()
         self._files()
-        self._alu()
+        self._decode(self.st[0])
+        # st / atom for the write-back logic at the end: two bits, not the opcode one-hot
+        self.mem_kind = bits_of(
+            self.c, "mem.kind", [self.st[0].opc(Op.ST), self.st[0].opc(Op.ATOM)]
+        )
+        self.serves_next = self._serves_next_lane()
+        for st in self.st:
+            # what needs only the ROM and the latches, built early for every stage: small
+            # fields, where their inputs (the %tid table) are wide
+            st.s2r = self._special_registers(st)
+            st.writers = {n: self._register_writers(st, n) for n in ("a", "b", "c")}
+            st.pred_writers = {
+                n: self._predicate_writers(st.ins[n], self.st[: st.index]) for n in PRED_OPERANDS
+            }
+        for st in self.st:
+            if st.index:
+                # its exec bytes a few layers before the stage starts (the previous one's
+                # adder), the rest where the previous stage's result is ready
+                for j in self.layout.exec_bytes(st.index):
+                    prev = self.st[st.index - 1].sum
+                    self.row[j] = self.c.read(self.rom[j], self.cur_b, after=[prev]).outputs[0]
+                with self.c.placed_after([self.st[st.index - 1].V]):
+                    self._decode(st)
+                    self._operands(st)
+                    self._alu(st)
+            else:
+                self._operands(st)
+                self._alu(st)
         self._memory_unit()
         self._terminator()
         self._scheduler()

@@ -32,10 +32,13 @@ circuit tokens, and 2^16 stays far below the anchors (2^23), so the norm is unch
 OUTPUT_ROW_GAIN = 2.0**6
 """Scale of the circuit tokens' output rows: sets the logit margin of the right token."""
 
-MACHINE_SPEC = MachineSpec(block_size=1, loads_per_block=1, rom_blocks=128, mul_high=False)
-"""The machine the circuit implements: one instruction per block (one pass), 128 ROM blocks
-(a DeltaNet head holds 128 rows), no high multiplier (the lowering expands mulhu/mulhs into
-16-bit mul pieces: a 64-bit product array does not fit the 0.8B residual)."""
+MACHINE_SPEC = MachineSpec(
+    block_size=2, loads_per_block=2, stores_alone=True, rom_blocks=128, mul_high=False
+)
+"""The machine the circuit implements: blocks of two instructions (a 2-stage pipeline, one
+pass per block; a store or atomic alone in its block), 128 ROM blocks (a DeltaNet head
+holds 128 rows), no high multiplier (the lowering expands mulhu/mulhs into 16-bit mul
+pieces: a 64-bit product array does not fit the 0.8B residual)."""
 
 REDUCED_SPEC = dataclasses.replace(MACHINE_SPEC, lanes=2, warps=8)
 """The reduced preset, for the 0.8B geometry (hidden 1024): 2-lane warps halve every

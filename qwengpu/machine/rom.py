@@ -26,6 +26,9 @@ OPCODES: tuple[Op | None, ...] = (None, *Op)
 
 TERM_KINDS: tuple[TermKind, ...] = tuple(TermKind)
 
+IMMEDIATES: tuple[tuple[str, int], ...] = (("bimm", 32), ("imm", 32))
+"""An instruction's immediates: b's and the address offset (or shfl's c)."""
+
 
 class MachineUnsupported(QgpuError):
     """A program uses something the machine circuit does not implement (yet)."""
@@ -77,9 +80,18 @@ def mode_index(instr: Instr) -> int:
 
 @dataclass(frozen=True)
 class RomLayout:
-    """Bit fields of one ROM row (a block of one instruction plus its terminator)."""
+    """Bit fields of one ROM row: a block of up to `block_size` instructions (one per pipeline
+    stage; field `name.s` is stage s's) plus its terminator.
+
+    The fields the register and predicate files need early (the write-back addresses rd and
+    pd of every stage, the read addresses) come first, then the terminator, then each
+    stage's exec fields in bytes of their own, which a later stage reads at its depth."""
 
     spec: MachineSpec
+
+    @property
+    def stages(self) -> int:
+        return self.spec.block_size
 
     @property
     def block_bits(self) -> int:
@@ -93,37 +105,66 @@ class RomLayout:
     def pred_bits(self) -> int:
         return max(1, (self.spec.predicates - 1).bit_length())
 
-    @property
-    def fields(self) -> tuple[tuple[str, int], ...]:
-        r, p, b = self.reg_bits, self.pred_bits, self.block_bits
+    def instr_fields(self) -> tuple[tuple[str, int], ...]:
+        """One instruction's fields needed early: the opcode and mode (the special
+        registers are read early), the write-back addresses and flags, the read addresses."""
+        r, p = self.reg_bits, self.pred_bits
         return (
             ("op", max(1, (len(OPCODES) - 1).bit_length())),
             ("mode", 4),
             ("rd", r),
-            ("a", r),
-            ("b", r),
-            ("c", r),
-            ("b_is_imm", 1),
-            ("c_is_imm", 1),  # shfl's constant c, held in imm (shfl has no address offset)
-            ("bimm", 32),
-            ("imm", 32),
             ("pd", p),
-            ("pa", p),
-            ("neg_a", 1),
-            ("pb", p),
-            ("neg_b", 1),
-            ("has_guard", 1),
-            ("guard", p),
-            ("guard_neg", 1),
+            ("wr", 1),  # writes register rd (later stages of the block take it forwarded)
             ("wb", 1),  # rd is live out: its value travels back in write-back tokens
             ("wp", 1),  # writes predicate pd (setp, plop, vote.any/all, shfl|p)
             ("wbp", 1),  # pd is live out: its value travels back in a PRED token
+            ("a", r),
+            ("b", r),
+            ("c", r),
+            ("pa", p),
+            ("pb", p),
+            ("guard", p),
+        )
+
+    def exec_fields(self) -> tuple[tuple[str, int], ...]:
+        """One instruction's fields only its stage's datapath needs (the modifiers, the
+        immediates): a byte-aligned group per stage, read at the stage's depth."""
+        return (
+            ("b_is_imm", 1),
+            ("c_is_imm", 1),  # shfl's constant c, held in imm (shfl has no address offset)
+            ("neg_a", 1),
+            ("neg_b", 1),
+            ("has_guard", 1),
+            ("guard_neg", 1),
+            *IMMEDIATES,
+        )
+
+    @property
+    def fields(self) -> tuple[tuple[str, int], ...]:
+        b, p = self.block_bits, self.pred_bits
+        stages = range(self.stages)
+        out = [(f"{n}.{s}", w) for s in stages for n, w in self.instr_fields()]
+        out += [
             ("term", max(1, (len(TERM_KINDS) - 1).bit_length())),
             ("target", b),
             ("other", b),
             ("term_pred", p),
             ("term_neg", 1),
-        )
+        ]
+        for s in stages:
+            pad = -sum(w for _, w in out) % 8
+            if pad:
+                out.append((f"pad.{s}", pad))
+            out += [(f"{n}.{s}", w) for n, w in self.exec_fields()]
+        return tuple(out)
+
+    def exec_bytes(self, stage: int) -> range:
+        """The ROM bytes that hold only stage `stage`'s exec fields."""
+        bits = self.field_bits()
+        names = [f"{n}.{stage}" for n, _ in self.exec_fields()]
+        first = bits[names[0]][0]
+        last = bits[names[-1]][0] + bits[names[-1]][1]
+        return range(first // 8, (last + 7) // 8)
 
     @property
     def total_bits(self) -> int:
@@ -143,9 +184,10 @@ class RomLayout:
 
     def encode(self, values: dict[str, int]) -> list[int]:
         """Field values -> the row's bytes."""
+        bits = self.field_bits()
         row = 0
-        for name, (pos, width) in self.field_bits().items():
-            v = values.get(name, 0)
+        for name, v in values.items():
+            pos, width = bits[name]
             if not 0 <= v < (1 << width):
                 raise MachineUnsupported(f"ROM field {name}={v} does not fit {width} bits")
             row |= v << pos
@@ -154,10 +196,10 @@ class RomLayout:
 
 def check_supported(block_no: int, block: Block, spec: MachineSpec) -> None:
     """Refuse, with the instruction and PTX line, what the machine circuit lacks."""
-    if len(block.instrs) > 1:
+    if len(block.instrs) > spec.block_size:
         raise MachineUnsupported(
-            f"B{block_no}: {len(block.instrs)} instructions; the machine circuit runs one "
-            f"instruction per pass (lower with the machine's spec, block_size 1)"
+            f"B{block_no}: {len(block.instrs)} instructions; the machine circuit runs "
+            f"{spec.block_size} per pass (lower with the machine's spec)"
         )
     for ins in block.instrs:
         where = f"B{block_no}: '{ins}' (PTX line {ins.src_line})"
@@ -214,28 +256,43 @@ def encode_block(
     layout: RomLayout, block: Block, live_out: set[int], live_preds: set[int] | None = None
 ) -> list[int]:
     """One block's ROM bytes (`live_out`, `live_preds`: registers and predicates live on
-    exit, whose new values the model writes back; every written predicate by default)."""
+    exit, whose new values the model writes back; every written predicate by default).
+    Of several writes of one register in a block, a write travels unless a later
+    unguarded one overwrites it in every lane."""
     v: dict[str, int] = {}
     t = block.term
     v["term"] = TERM_KINDS.index(t.kind)
     v["target"], v["other"] = t.target, t.other
     v["term_pred"], v["term_neg"] = t.pred, int(t.neg)
-    if block.instrs:
-        (ins,) = block.instrs
-        v["op"] = OPCODES.index(ins.op)
-        v["mode"] = mode_index(ins)
-        v["rd"], v["a"], v["b"] = ins.rd, ins.a, ins.b
+    instrs = block.instrs
+    for s, ins in enumerate(instrs):
+        later = [i for i in instrs[s + 1 :] if i.guard is None]
+        overwritten = {r for i in later for r in i.writes()}
+        pred_overwritten = {p for i in later for p in i.pred_writes()}
+        f = {
+            "op": OPCODES.index(ins.op),
+            "mode": mode_index(ins),
+            "rd": ins.rd,
+            "a": ins.a,
+            "b": ins.b,
+            "c": ins.c,
+            "imm": ins.imm & WORD_MASK,
+        }
         if ins.b_imm is not None:
-            v["b_is_imm"], v["bimm"] = 1, ins.b_imm & WORD_MASK
-        v["imm"] = ins.imm & WORD_MASK
-        v["c"] = ins.c
+            f["b_is_imm"], f["bimm"] = 1, ins.b_imm & WORD_MASK
         if ins.c_imm is not None:  # only shfl has one, and shfl has no address offset
-            v["c_is_imm"], v["imm"] = 1, ins.c_imm
-        v["pd"], v["wp"] = ins.pd or 0, int(ins.pd is not None)
-        v["wbp"] = int(ins.pd is not None and (live_preds is None or ins.pd in live_preds))
-        v["pa"], v["neg_a"] = ins.pa, int(ins.neg_a)
-        v["pb"], v["neg_b"] = ins.pb, int(ins.neg_b)
+            f["c_is_imm"], f["imm"] = 1, ins.c_imm
+        f["pd"], f["wp"] = ins.pd or 0, int(ins.pd is not None)
+        f["wbp"] = int(
+            ins.pd is not None
+            and (live_preds is None or ins.pd in live_preds)
+            and ins.pd not in pred_overwritten
+        )
+        f["pa"], f["neg_a"] = ins.pa, int(ins.neg_a)
+        f["pb"], f["neg_b"] = ins.pb, int(ins.neg_b)
         if ins.guard is not None:
-            v["has_guard"], v["guard"], v["guard_neg"] = 1, ins.guard, int(ins.guard_neg)
-        v["wb"] = int(ins.rd != 0 and ins.rd in live_out)
+            f["has_guard"], f["guard"], f["guard_neg"] = 1, ins.guard, int(ins.guard_neg)
+        f["wr"] = int(bool(ins.writes()))
+        f["wb"] = int(ins.rd != 0 and ins.rd in live_out and ins.rd not in overwritten)
+        v.update({f"{name}.{s}": value for name, value in f.items()})
     return layout.encode(v)

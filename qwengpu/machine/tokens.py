@@ -19,18 +19,20 @@ ADDR_BITS = 7  # memory word index (memory_words <= 127)
 # kind: (payload names) ; see docs/protocol.md
 KINDS: dict[str, tuple[str, ...]] = {
     "EXEC": ("b", "w", "mask"),  # run block b for warp w, lanes in mask
-    "BREG": ("sel", "k", "v"),  # byte k of a register write-back (lane sel, lanes = all)
-    "FREG": ("sel", "n", "v"),  # last byte (the n-th) of a register write-back: commits it
+    # byte k of stage s's register write-back (lane sel, lanes = all)
+    "BREG": ("s", "sel", "k", "v"),
+    "FREG": ("s", "sel", "n", "v"),  # last byte (the n-th) of a register write-back: commits it
     "BAMEM": ("k", "v"),  # byte k of the word a store/atomic writes to memory
     # last byte: commits it to the memory lane's a + imm (lane L: the host's memory load, to
     # memory[MADDR]); its pass serves the next executing lane
     "FAMEM": ("lane", "n", "v"),
-    "PRED": ("pv", "pw"),  # predicate write-back: values, lanes written
+    "PRED": ("s", "pv", "pw"),  # stage s's predicate write-back: values, lanes written
     "MADDR": ("addr",),  # memory word that the host's next FAMEM writes (host only)
     "ROMSEL": ("romb",),  # ROM block that the next ROMBYTE tokens write (host only)
     "ROMBYTE": ("romk", "v"),  # byte romk of that block's ROM row (host only)
     "BAR": (),  # every live warp of the CTA waits at a barrier: release them
-    "TRAP": ("lane", "why"),  # lane's address is misaligned (why 0) / outside memory (1): the end
+    # stage s's lane's address is misaligned (why 0) / outside memory (1): the end
+    "TRAP": ("s", "lane", "why"),
     "CTA": ("x", "y", "z"),  # start the CTA %ctaid = (x, y, z); CTA(0, 0, 0) starts a launch
     "BLOCK": ("x", "y", "z"),  # the CTA shape %ntid (host only)
     "GRID": ("x", "y", "z"),  # the grid shape %nctaid (host only)
@@ -122,13 +124,15 @@ class Vocabulary:
             for w in range(s.warps):
                 for mask in range(1, 1 << lanes):
                     yield token("EXEC", b=b, w=w, mask=mask)
-        for sel in range(lanes + 1):
-            for k in range(WORD_BYTES - 1):
-                for v in range(256):
-                    yield token("BREG", sel=sel, k=k, v=v)
-            for n in range(1, WORD_BYTES + 1):
-                for v in range(256):
-                    yield token("FREG", sel=sel, n=n, v=v)
+        stages = range(s.block_size)
+        for stage in stages:
+            for sel in range(lanes + 1):
+                for k in range(WORD_BYTES - 1):
+                    for v in range(256):
+                        yield token("BREG", s=stage, sel=sel, k=k, v=v)
+                for n in range(1, WORD_BYTES + 1):
+                    for v in range(256):
+                        yield token("FREG", s=stage, sel=sel, n=n, v=v)
         for k in range(WORD_BYTES - 1):
             for v in range(256):
                 yield token("BAMEM", k=k, v=v)
@@ -136,10 +140,11 @@ class Vocabulary:
             for n in range(1, WORD_BYTES + 1):
                 for v in range(256):
                     yield token("FAMEM", lane=lane, n=n, v=v)
-        for pw in range(1, 1 << lanes):
-            for pv in range(1 << lanes):
-                if pv & ~pw == 0:
-                    yield token("PRED", pv=pv, pw=pw)
+        for stage in stages:
+            for pw in range(1, 1 << lanes):
+                for pv in range(1 << lanes):
+                    if pv & ~pw == 0:
+                        yield token("PRED", s=stage, pv=pv, pw=pw)
         for addr in range(s.memory_words):
             yield token("MADDR", addr=addr)
         for b in range(s.rom_blocks):
@@ -148,9 +153,10 @@ class Vocabulary:
             for v in range(256):
                 yield token("ROMBYTE", romk=k, v=v)
         yield token("BAR")
-        for lane in range(lanes):
-            for why in range(len(TRAP_REASONS)):
-                yield token("TRAP", lane=lane, why=why)
+        for stage in stages:
+            for lane in range(lanes):
+                for why in range(len(TRAP_REASONS)):
+                    yield token("TRAP", s=stage, lane=lane, why=why)
         ctas = min(s.max_grid_ctas, MAX_CTAS)
         for x, y, z in shapes(ctas):  # index (x-1, y-1, z-1) of a grid of x * y * z CTAs
             yield token("CTA", x=x - 1, y=y - 1, z=z - 1)
@@ -178,6 +184,8 @@ class Vocabulary:
             v["t_v"] = p["v"]
         if "sel" in p:
             v["t_sel"] = p["sel"]
+        if "s" in p:
+            v["t_s"] = p["s"]
         if "k" in p:
             v["t_k"] = p["k"]
             v[f"stg_we{p['k']}"] = 1
@@ -220,6 +228,8 @@ class Vocabulary:
             out.update(o_b=p["b"], o_w=p["w"], o_mask=p["mask"])
         if "sel" in p:
             out["o_sel"] = p["sel"]
+        if "s" in p:
+            out["o_s"] = p["s"]
         if "k" in p:
             out["o_k"] = p["k"]
         if "n" in p:

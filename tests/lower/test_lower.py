@@ -167,3 +167,25 @@ def test_narrow_loads_and_stores_keep_neighbouring_bytes() -> None:
     data = np.array([0, 255, 7, 128, 9, 9, 9, 9], np.uint8)
     qwengpu.RawKernel(source, "k")(1, 4, [data])
     assert data.tolist() == [1, 0, 8, 129, 9, 9, 9, 9]
+
+
+def test_stores_alone_keeps_a_store_or_atomic_in_a_block_of_its_own() -> None:
+    """The model's machines re-run a store's block on each lane's pass (MachineSpec
+    stores_alone): the lowering packs around stores, and validation names the block."""
+    import dataclasses
+
+    from qwengpu.isa.instr import Block, Instr, Terminator
+    from qwengpu.isa.spec import DEFAULT_SPEC
+
+    spec = dataclasses.replace(DEFAULT_SPEC, stores_alone=True)
+    source = """extern "C" __global__ void k(int* a, int* b) {
+        int i = threadIdx.x; a[i] = a[i] * 3 + 1; b[i] = a[i] + i; atomicAdd(b, i); }"""
+    program = qwengpu.compile(source, spec=spec)
+    stores = [b for b in program.blocks if any(i.op in (Op.ST, Op.ATOM) for i in b.instrs)]
+    assert len(stores) == 3 and all(len(b.instrs) == 1 for b in stores)
+    assert max(len(b.instrs) for b in program.blocks) > 1  # the rest still packs
+    add = Instr(Op.ADD, rd=1, a=1, b_imm=1)
+    store = Instr(Op.ST, a=2, b=1)
+    bad = Program("k", (Block((add, store), Terminator(TermKind.EXIT)),), (), 0, 2, 0, spec)
+    with pytest.raises(ValueError, match="B0 has a store/atomic and 1 other instructions"):
+        bad.validate()

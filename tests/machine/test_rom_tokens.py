@@ -32,15 +32,66 @@ G1 = (1, 1, 1)
 EXIT = Terminator(TermKind.EXIT)
 
 
-def _decode_row(layout: RomLayout, row: list[int]) -> dict[str, int]:
+def _decode_row(layout: RomLayout, row: list[int], stage: int = 0) -> dict[str, int]:
+    """The row's fields: the block's, and stage `stage`'s instruction's (names unsuffixed)."""
     value = sum(b << (8 * k) for k, b in enumerate(row))
-    return {n: (value >> pos) & ((1 << w) - 1) for n, (pos, w) in layout.field_bits().items()}
+    out = {}
+    for name, (pos, width) in layout.field_bits().items():
+        base, _, s = name.partition(".")
+        if not s or s == str(stage):
+            out[base] = (value >> pos) & ((1 << width) - 1)
+    return out
 
 
 def test_rom_row_fits_the_rom_memories():
     layout = RomLayout(MACHINE_SPEC)
     assert layout.total_bits <= 8 * layout.rom_bytes
-    assert layout.rom_bytes <= 16  # one ROM memory (head) per byte: one layer of heads
+    # one ROM memory (head) per byte; the files' fields (every stage's rd, pd and read
+    # addresses) and stage 0's exec bytes are read by two layers of 16 heads
+    late = {j for s in range(1, MACHINE_SPEC.block_size) for j in layout.exec_bytes(s)}
+    assert layout.rom_bytes - len(late) <= 32
+    spans = [set(layout.exec_bytes(s)) for s in range(MACHINE_SPEC.block_size)]
+    assert not set.intersection(*spans)  # each stage's exec bytes are its own
+    bits = layout.field_bits()
+    for s, span in enumerate(spans):
+        for name, _ in layout.exec_fields():
+            pos, width = bits[f"{name}.{s}"]
+            assert {pos // 8, (pos + width - 1) // 8} <= span
+
+
+def test_a_block_of_two_instructions_fills_both_stages():
+    layout = RomLayout(MACHINE_SPEC)
+    mul = Instr(Op.MUL, rd=1, a=1, b_imm=4)
+    add = Instr(Op.ADD, rd=2, a=5, b=1)
+    row = encode_block(layout, Block((mul, add), EXIT), live_out={1, 2})
+    first, second = _decode_row(layout, row, 0), _decode_row(layout, row, 1)
+    assert (first["rd"], first["bimm"], first["wr"], first["wb"]) == (1, 4, 1, 1)
+    assert (second["rd"], second["a"], second["b"], second["wb"]) == (2, 5, 1, 1)
+    # r1 dead after the block: the second stage takes it forwarded, nothing travels
+    row = encode_block(layout, Block((mul, add), EXIT), live_out={2})
+    assert _decode_row(layout, row, 0)["wb"] == 0 and _decode_row(layout, row, 0)["wr"] == 1
+
+
+def test_a_write_overwritten_later_in_its_block_travels_only_if_a_guard_may_keep_it():
+    layout = RomLayout(MACHINE_SPEC)
+    first = Instr(Op.ADD, rd=1, a=1, b_imm=1)
+    again = Instr(Op.ADD, rd=1, a=1, b_imm=2)
+    row = encode_block(layout, Block((first, again), EXIT), live_out={1})
+    assert (_decode_row(layout, row, 0)["wb"], _decode_row(layout, row, 1)["wb"]) == (0, 1)
+    guarded = Instr(Op.ADD, rd=1, a=1, b_imm=2, guard=0)
+    row = encode_block(layout, Block((first, guarded), EXIT), live_out={1})
+    assert (_decode_row(layout, row, 0)["wb"], _decode_row(layout, row, 1)["wb"]) == (1, 1)
+    setp = Instr(Op.SETP, a=1, b_imm=3, pd=0, mode=Cond.LT)
+    row = encode_block(layout, Block((setp, setp), EXIT), live_out=set(), live_preds={0})
+    assert (_decode_row(layout, row, 0)["wbp"], _decode_row(layout, row, 1)["wbp"]) == (0, 1)
+
+
+def test_a_store_is_alone_in_its_block_on_the_models_machine():
+    program = api.compile(DOT, spec=MACHINE_SPEC)
+    for block in program.blocks:
+        if any(i.op in (Op.ST, Op.ATOM) for i in block.instrs):
+            assert len(block.instrs) == 1
+    assert any(len(b.instrs) == 2 for b in program.blocks)  # the others pair up
 
 
 def test_rom_fields_round_trip():
@@ -108,6 +159,9 @@ def test_vocabulary_is_consistent(spec):
     execs = [t for t in vocab.tokens if t.kind == "EXEC"]
     assert len(execs) == spec.rom_blocks * spec.warps * (2**lanes - 1)
     assert {t.get("sel") for t in vocab.tokens if t.kind == "FREG"} == set(range(lanes + 1))
+    stages = set(range(spec.block_size))
+    for kind in ("BREG", "FREG", "PRED", "TRAP"):  # each names the stage it belongs to
+        assert {t.get("s") for t in vocab.tokens if t.kind == kind} == stages
     assert vocab.all_lanes == lanes  # sel = lanes: every active lane
     emitted = [t for t in vocab.tokens if vocab.output_values(t) is not None]
     assert {t for t in vocab.tokens if t not in emitted} == {
