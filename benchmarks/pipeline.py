@@ -2,7 +2,7 @@
 reduced machine built both ways (Qwen3.5-0.8B geometry, 4 base layers), in this process.
 The one-instruction machine is the baseline.
 
-    uv run python benchmarks/pipeline.py [--dtype bfloat16] [--cases dot,reduce_sum,...]
+    uv run python benchmarks/pipeline.py [--dtype bfloat16] [--cases dot,reduce_sum,...|all]
 
 Each machine takes about 40 s to build on 2 CPU cores and runs the kernels as one batch,
 fed token by token. Printed per machine: EXEC steps, tokens the model wrote, circuit
@@ -89,8 +89,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     parser.add_argument("--cases", default=DEFAULT_CASES)
     args = parser.parse_args()
-    names = args.cases.split(",")
     suite = _suite()
+    names = [c.name for c in suite.CASES] if args.cases == "all" else args.cases.split(",")
     one = dataclasses.replace(REDUCED_SPEC, block_size=1, loads_per_block=1, stores_alone=False)
     results = {}
     for label, spec in (("1 instruction per pass", one), ("2-stage pipeline", REDUCED_SPEC)):

@@ -53,6 +53,12 @@ def machine_spec_for(geometry: Geometry) -> MachineSpec:
     return MACHINE_PRESETS.get(geometry.name, MACHINE_SPEC)
 
 
+def single_stage(spec: MachineSpec) -> MachineSpec:
+    """The same machine with one instruction per pass: shallower and narrower, so it leaves
+    more residual dims for muting (a base whose text rows the pipeline cannot mute)."""
+    return dataclasses.replace(spec, block_size=1, loads_per_block=1, stores_alone=False)
+
+
 @dataclass
 class CompiledMachine:
     """A machine circuit compiled for one geometry (and muted against one text matrix)."""

@@ -11,6 +11,7 @@ the checkpoint and read its memories.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -21,7 +22,13 @@ from qwengpu.circuit import GEOMETRIES, Geometry, geometry_from_config
 from qwengpu.circuit.mute import MuteError
 from qwengpu.errors import CircuitError, ModelError
 from qwengpu.isa.spec import MachineSpec
-from qwengpu.machine.model import CompiledMachine, compile_machine, layer_lines, machine_spec_for
+from qwengpu.machine.model import (
+    CompiledMachine,
+    compile_machine,
+    layer_lines,
+    machine_spec_for,
+    single_stage,
+)
 from qwengpu.machine.tokens import Token
 from qwengpu.model.circuit_layers import BaseInfo, CircuitLayer, CircuitLayers
 
@@ -88,7 +95,20 @@ class MachineCircuitCompiler:
             raise ModelError(f"this base cannot host the qgpu machine: {exc}. {HOSTS}") from None
         spec = self.spec or machine_spec_for(geometry)
         try:
-            machine = compile_machine(geometry, spec, embedding=base.text_embeddings)
+            try:
+                machine = compile_machine(geometry, spec, embedding=base.text_embeddings)
+            except MuteError as exc:
+                if self.spec is not None or spec.block_size == 1:
+                    raise
+                # the pipeline's residual leaves too few dims to mute this base's text rows
+                # (the synthetic 0.8B base: 35 dims): one instruction per pass leaves more
+                print(
+                    f"qgpu: the {spec.block_size}-stage machine cannot be muted against this "
+                    f"base ({exc}); building the machine with one instruction per pass",
+                    file=sys.stderr,
+                )
+                spec = single_stage(spec)
+                machine = compile_machine(geometry, spec, embedding=base.text_embeddings)
         except MuteError as exc:
             raise ModelError(f"the qgpu machine cannot be muted against this base: {exc}") from None
         except CircuitError as exc:

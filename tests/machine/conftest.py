@@ -1,7 +1,7 @@
 """Shared machine fixtures: the machine compiled once per test session for a geometry (the
 reduced preset on Qwen3.5-0.8B in the default run, about 25 s; the full machine on
 Qwen3.5-2B in the slow tier, about a minute), and one in-memory model at a time (a
-2B-wide stack of 28 layers takes several GB), on the CPU or on $QWENGPU_TEST_DEVICE
+2B-wide stack of 36 layers takes several GB), on the CPU or on $QWENGPU_TEST_DEVICE
 (scripts/gpu_model_suite.sh runs the launch tests on a GPU)."""
 
 from __future__ import annotations

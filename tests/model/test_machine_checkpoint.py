@@ -46,13 +46,16 @@ def _qgpu(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
 
 def test_the_manifest_describes_the_machine(machine_checkpoint):
     from qwengpu.circuit import GEOMETRIES
-    from qwengpu.machine.model import machine_spec_for
+    from qwengpu.machine.model import machine_spec_for, single_stage
     from qwengpu.model.manifest import spec_from_dict
 
     geometry, _, manifest = machine_checkpoint
     circuit = manifest["circuit"]
     preset = machine_spec_for(GEOMETRIES[f"qwen3.5-{geometry}"])
-    assert spec_from_dict(manifest["machine_spec"]) == preset
+    built = spec_from_dict(manifest["machine_spec"])
+    # the synthetic 0.8B base's text rows cannot be muted on the 35 dims the 2-stage
+    # machine leaves there: the build falls back to one instruction per pass
+    assert built == (single_stage(preset) if geometry == "0.8b" else preset)
     assert preset.lanes == (2 if geometry == "0.8b" else 4)
     assert circuit["extra"]["circuit"] == "machine"
     assert circuit["extra"]["geometry"]["name"] == f"qwen3.5-{geometry}"
