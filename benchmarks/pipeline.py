@@ -2,11 +2,12 @@
 reduced machine built both ways (Qwen3.5-0.8B geometry, 4 base layers), in this process.
 The one-instruction machine is the baseline.
 
-    uv run python benchmarks/pipeline.py [--dtype bfloat16] [--cases dot,reduce_sum,...|all]
+    uv run python benchmarks/pipeline.py [--dtype bfloat16] [--cases dot,...|all] [--prefill]
 
 Each machine takes about 40 s to build on 2 CPU cores and runs the kernels as one batch,
-fed token by token. Printed per machine: EXEC steps, tokens the model wrote, circuit
-layers, seconds; then the ratios. Both machines' results must equal the interpreter's.
+fed token by token (`--prefill`: the load tokens in one forward). Printed per machine: EXEC
+steps, tokens the model wrote, circuit layers, seconds; then the ratios. Both machines'
+results must equal the interpreter's.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def requests(suite, names: list[str], spec) -> list:
     return out
 
 
-def run(spec, names: list[str], dtype: str, suite) -> dict:
+def run(spec, names: list[str], dtype: str, suite, prefill: bool) -> dict:
     import torch
 
     from qwengpu.circuit import QWEN35_0_8B
@@ -67,7 +68,7 @@ def run(spec, names: list[str], dtype: str, suite) -> dict:
     backend = ModelBackend(machine, model, offset)
     jobs = requests(suite, names, spec)
     start = time.perf_counter()
-    runs = backend.launch_many([r for r, _ in jobs], prefill=False)
+    runs = backend.launch_many([r for r, _ in jobs], prefill=prefill)
     seconds = time.perf_counter() - start
     for (request, want), name in zip(jobs, names, strict=True):
         for got, expected in zip(request.args, want, strict=True):
@@ -88,16 +89,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     parser.add_argument("--cases", default=DEFAULT_CASES)
+    parser.add_argument("--prefill", action="store_true", help="load tokens in one forward")
     args = parser.parse_args()
     suite = _suite()
     names = [c.name for c in suite.CASES] if args.cases == "all" else args.cases.split(",")
     one = dataclasses.replace(REDUCED_SPEC, block_size=1, loads_per_block=1, stores_alone=False)
     results = {}
     for label, spec in (("1 instruction per pass", one), ("2-stage pipeline", REDUCED_SPEC)):
-        r = results[label] = run(spec, names, args.dtype, suite)
+        r = results[label] = run(spec, names, args.dtype, suite, args.prefill)
         print(
             f"{label}: {r['steps']} EXEC steps, {r['tokens']} tokens, {r['layers']} circuit "
-            f"layers, {r['seconds']:.1f} s ({len(names)} kernels, {args.dtype}, one batch)"
+            f"layers, {r['seconds']:.1f} s ({len(names)} kernels, {args.dtype}, one batch, "
+            f"{'prefilled' if args.prefill else 'fed token by token'})"
         )
     base, new = results.values()
     print(
