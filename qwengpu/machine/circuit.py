@@ -151,6 +151,20 @@ def matches(f: Field, value: int, lane: int = 0) -> Lin:
     return match_form([f.ch(i, lane) for i in range(f.encoding.width)], value)
 
 
+def logic_terms(a: Lin, b: Lin, f_and: Lin, f_or: Lin, f_xor: Lin) -> list[tuple[Lin, Lin]]:
+    """One bit of and / or / xor of a and b as (gate, up) terms, gated by the function's
+    form (1 or <= 0): and = ab, or = a + b - ab, xor = a + b - 2ab."""
+    return [
+        (a + b + f_and - 2, Lin.of(1)),
+        (a + f_or - 1, Lin.of(1)),
+        (b + f_or - 1, Lin.of(1)),
+        (a + b + f_or - 2, Lin.of(-1)),
+        (a + f_xor - 1, Lin.of(1)),
+        (b + f_xor - 1, Lin.of(1)),
+        (a + b + f_xor - 2, Lin.of(-2)),
+    ]
+
+
 def condition_forms(hs: Field, eq: Field, ge: Field, lane: int) -> dict[Cond, Lin]:
     """Every setp condition as a 0/1 linear form of three comparisons: unsigned a >= b,
     a == b and signed a >= b."""
@@ -518,8 +532,9 @@ class MachineCircuit:
 
     def _operands(self, st: Stage) -> None:
         """The stage's a, b, c (shfl's c bits only: clamp and segmask) and predicates. A
-        later stage reads the register file at the depth where the stage before it
-        finishes (`after`), so its 32-bit reads do not hold residual width from the top."""
+        later stage's reads are built inside `_build`'s placement floor, at the depth where
+        the stage before it finishes, so its 32-bit reads do not hold residual width from
+        the top."""
         c, ins, c_bits = self.c, st.ins, SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS
         ra, rb, rc = self.reg_addr[st.index]
         for mem in self.reg_files:
@@ -904,23 +919,10 @@ class MachineCircuit:
         """and / or / xor in one block, gated by the opcode (one result field)."""
         c = self.c
         o_and, o_or, o_xor = st.opc(Op.AND), st.opc(Op.OR), st.opc(Op.XOR)
-        chans = []
-        for lane in range(self.lanes):
-            lane_chans = []
-            for i in range(32):
-                a, b = st.A.ch(i, lane), st.B.ch(i, lane)
-                lane_chans.append(
-                    [
-                        (a + b + o_and - 2, Lin.of(1)),
-                        (a + o_or - 1, Lin.of(1)),
-                        (b + o_or - 1, Lin.of(1)),
-                        (a + b + o_or - 2, Lin.of(-1)),
-                        (a + o_xor - 1, Lin.of(1)),
-                        (b + o_xor - 1, Lin.of(1)),
-                        (a + b + o_xor - 2, Lin.of(-2)),
-                    ]
-                )
-            chans.append(lane_chans)
+        chans = [
+            [logic_terms(st.A.ch(i, lane), st.B.ch(i, lane), o_and, o_or, o_xor) for i in range(32)]
+            for lane in range(self.lanes)
+        ]
         return products(c, "logic", Bits(32), chans)
 
     def _shifter(self, st: Stage) -> Field:
@@ -1171,20 +1173,7 @@ class MachineCircuit:
             c,
             "atom.logic",
             Bits(32),
-            [
-                [
-                    [
-                        (old.ch(i) + b.ch(i) + f_and - 2, Lin.of(1)),
-                        (old.ch(i) + f_or - 1, Lin.of(1)),
-                        (b.ch(i) + f_or - 1, Lin.of(1)),
-                        (old.ch(i) + b.ch(i) + f_or - 2, Lin.of(-1)),
-                        (old.ch(i) + f_xor - 1, Lin.of(1)),
-                        (b.ch(i) + f_xor - 1, Lin.of(1)),
-                        (old.ch(i) + b.ch(i) + f_xor - 2, Lin.of(-2)),
-                    ]
-                    for i in range(32)
-                ]
-            ],
+            [[logic_terms(old.ch(i), b.ch(i), f_and, f_or, f_xor) for i in range(32)]],
         )
         narrow = st.narrow
         word_store = st.opc(Op.ST) - bit(narrow[StoreWidth.B8]) - bit(narrow[StoreWidth.B16])
