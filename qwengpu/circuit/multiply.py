@@ -28,7 +28,13 @@ from qwengpu.circuit.craft import Lin, Neuron
 from qwengpu.circuit.encodings import Bits, IntVec
 from qwengpu.circuit.ir import Field
 from qwengpu.circuit.logic import _ch, _lanes, _out
-from qwengpu.circuit.words import NIBBLE, _ranges, _word, carry_select_add
+from qwengpu.circuit.words import (
+    NIBBLE,
+    CarrySelect,
+    _ranges,
+    _word,
+    carry_select_parts,
+)
 from qwengpu.errors import CircuitError
 
 if TYPE_CHECKING:
@@ -179,8 +185,9 @@ def _reduce(c: Circuit, terms: list[list[Term]], width: int, name: str) -> list[
     return terms
 
 
-def mul_lo(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
-    """(a * b) mod 2^w per lane (signed and unsigned agree). Five sublayers."""
+def mul_lo_parts(c: Circuit, a: Field, b: Field, name: str | None = None) -> CarrySelect:
+    """(a * b) mod 2^w per lane up to its last sublayer (M1-M3, A1): the caller finishes
+    the sum with `CarrySelect.select_neurons`, e.g. inside a gather of several units."""
     w = _word(a, "mul")
     if _word(b, "mul") != w:
         raise CircuitError("mul: widths differ")
@@ -189,7 +196,22 @@ def mul_lo(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
     terms = _reduce(c, terms, w, label)
     sums = _operands_to_nibbles(terms, w // NIBBLE, label)
     inputs = sorted({f for lane in terms for t in lane for f in t.form.fields()})
-    total, _ = carry_select_add(c, sums, [c.fields[f] for f in inputs], w, f"{label}.sum")
+    return carry_select_parts(c, sums, [c.fields[f] for f in inputs], w, f"{label}.sum")
+
+
+def mul_lo(c: Circuit, a: Field, b: Field, name: str | None = None) -> Field:
+    """(a * b) mod 2^w per lane (signed and unsigned agree). Five sublayers."""
+    parts = mul_lo_parts(c, a, b, name)
+    label = parts.s0.name.removesuffix(".s0")
+    total = _out(c, None, label, Bits(parts.width), parts.s0.lanes)
+    c.mlp(
+        "add.select",
+        parts.fields,
+        [total],
+        parts.select_neurons(total, in_place=True),
+        name=f"{label}.2",
+        inplace={total: parts.s0},
+    )
     return total
 
 

@@ -13,6 +13,7 @@ every op works lane by lane. The adder is a nibble carry-select adder in two sub
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qwengpu.circuit import craft
@@ -50,16 +51,71 @@ def _nibble(x: Field, k: int, lane: int, invert: bool = False, flip_top: bool = 
     return total
 
 
-def carry_select_add(
+@dataclass(frozen=True)
+class CarrySelect:
+    """A carry-select sum after its first sublayer: per nibble s0 = S_k mod 16,
+    s1 = (S_k + 1) mod 16 (nibbles 1 and up) and the status sigma_k. `select_neurons`
+    finishes it: sum = s0 + carry * (s1 - s0)."""
+
+    s0: Field
+    s1: Field | None
+    sigma: Field | None
+    width: int
+    operands: tuple[Field, ...] = ()  # what the first sublayer read
+
+    @property
+    def fields(self) -> list[Field]:
+        return [f for f in (self.s0, self.s1, self.sigma) if f is not None]
+
+    def carry_form(self, k: int, lane: int) -> Lin:
+        """T_k = sum_{j<k} 2^j sigma_j: the carry into nibble k is [T_k >= 1]."""
+        return sum((self.sigma.ch(j, lane) * (1 << j) for j in range(k)), Lin())  # type: ignore[union-attr]
+
+    def select_neurons(
+        self, out: Field, gate: Lin | None = None, in_place: bool = False
+    ) -> list[Neuron]:
+        """Neurons writing the sum into `out` (Bits(width), s0's lanes). In place (out takes
+        over s0's channels) they add carry * (s1 - s0); else s0 too. With `gate` (a 0/1
+        form; <= 0 off) they write only where it is 1, and 0 elsewhere (not in place)."""
+        if in_place and gate is not None:
+            raise CircuitError("carry select: a gated sum cannot be written in place over s0")
+        n = self.width // NIBBLE
+        # a gate off pushes every carry form T_k (|T_k| < 2^(n-1)) below zero
+        off = (gate - 1) * (1 << (n - 1)) if gate is not None else Lin()
+        neurons: list[Neuron] = []
+        for lane in range(self.s0.lanes):
+            if not in_place:
+                for i in range(self.width):
+                    up = self.s0.ch(i, lane)
+                    o = {out.sig(i, lane): 1}
+                    neurons.append(
+                        craft.neuron(gate, o, up=up)
+                        if gate is not None
+                        else craft.neuron(Lin.of(1), o, up=up)
+                    )
+            for k in range(1, n):
+                t = self.carry_form(k, lane) + off
+                for i in range(NIBBLE):
+                    delta = self.s1.ch(NIBBLE * (k - 1) + i, lane) - self.s0.ch(
+                        NIBBLE * k + i, lane
+                    )  # type: ignore[union-attr]
+                    o = {out.sig(NIBBLE * k + i, lane): 1}
+                    # carry * delta = (max(T, 0) - max(T - 1, 0)) * delta
+                    neurons.append(craft.neuron(t, o, up=delta))
+                    neurons.append(craft.neuron(t - 1, {sg: -v for sg, v in o.items()}, up=delta))
+        return neurons
+
+
+def carry_select_parts(
     c: Circuit,
     nibble_sums: list[list[Lin]],
     inputs: list[Field],
     width: int,
     name: str,
     carry_out: bool = False,
-) -> tuple[Field, Field | None]:
-    """Two-sublayer addition of per-nibble integer forms S_k in [0, 31] whose value is
-    sum_k S_k 16^k (mod 2^width). `nibble_sums[lane][k]`. Returns (sum bits, carry-out)."""
+) -> CarrySelect:
+    """The first sublayer of a carry-select sum of per-nibble integer forms S_k in
+    [0, 31] whose value is sum_k S_k 16^k (mod 2^width). `nibble_sums[lane][k]`."""
     lanes = len(nibble_sums)
     n = width // NIBBLE
     ranges = _ranges(c)
@@ -91,26 +147,31 @@ def carry_select_add(
                 fns[sigma.sig(k, lane)] = status
             lo, hi = (int(v) for v in nibble_sums[lane][k].bounds(ranges))
             neurons += craft.piecewise(nibble_sums[lane][k], lo, hi, fns)
-    stage1_out = [f for f in (s0, s1, sigma) if f is not None]
-    c.mlp("add.nibbles", inputs, stage1_out, neurons, name=f"{name}.1")
+    parts = CarrySelect(s0, s1, sigma, width, tuple(inputs))
+    c.mlp("add.nibbles", inputs, parts.fields, neurons, name=f"{name}.1")
+    return parts
 
+
+def carry_select_add(
+    c: Circuit,
+    nibble_sums: list[list[Lin]],
+    inputs: list[Field],
+    width: int,
+    name: str,
+    carry_out: bool = False,
+) -> tuple[Field, Field | None]:
+    """Two-sublayer addition of per-nibble integer forms S_k in [0, 31] whose value is
+    sum_k S_k 16^k (mod 2^width). `nibble_sums[lane][k]`. Returns (sum bits, carry-out)."""
+    parts = carry_select_parts(c, nibble_sums, inputs, width, name, carry_out)
+    lanes, n = parts.s0.lanes, width // NIBBLE
     total = _out(c, None, name, Bits(width), lanes)
     cout = _out(c, None, f"{name}.cout", Bit(), lanes) if carry_out else None
-    neurons = []
-    for lane in range(lanes):
-        for k in range(1, n):
-            t = sum((sigma.ch(j, lane) * (1 << j) for j in range(k)), Lin())  # type: ignore[union-attr]
-            for i in range(NIBBLE):
-                delta = s1.ch(NIBBLE * (k - 1) + i, lane) - s0.ch(NIBBLE * k + i, lane)  # type: ignore[union-attr]
-                o = {total.sig(NIBBLE * k + i, lane): 1}
-                # carry * delta = (max(T, 0) - max(T - 1, 0)) * delta
-                neurons.append(craft.neuron(t, o, up=delta))
-                neurons.append(craft.neuron(t - 1, {s: -v for s, v in o.items()}, up=delta))
-        if cout is not None:
-            t = sum((sigma.ch(j, lane) * (1 << j) for j in range(n)), Lin())  # type: ignore[union-attr]
-            neurons += craft.step_ge(t, 1, {cout.sig(0, lane): 1})
+    neurons = parts.select_neurons(total, in_place=True)
+    if cout is not None:
+        for lane in range(lanes):
+            neurons += craft.step_ge(parts.carry_form(n, lane), 1, {cout.sig(0, lane): 1})
     outs = [total] + ([cout] if cout is not None else [])
-    c.mlp("add.select", stage1_out, outs, neurons, name=f"{name}.2", inplace={total: s0})
+    c.mlp("add.select", parts.fields, outs, neurons, name=f"{name}.2", inplace={total: parts.s0})
     return total, cout
 
 

@@ -19,10 +19,12 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 from qwengpu.circuit import Bit, Bits, Circuit, Column, OneHot
-from qwengpu.circuit.craft import Lin, neuron, relu_of, step_ge
-from qwengpu.circuit.encodings import Encoding
-from qwengpu.circuit.ir import Field
+from qwengpu.circuit.craft import Lin, Sig, neuron, relu_of, step_ge
+from qwengpu.circuit.encodings import Encoding, Ints
+from qwengpu.circuit.ir import Field, MlpOp
 from qwengpu.circuit.logic import match_form
+from qwengpu.circuit.multiply import mul_lo_parts
+from qwengpu.circuit.words import CarrySelect
 from qwengpu.circuit.words import _shift_amount_forms as words_shift_forms
 from qwengpu.isa.instr import (
     SHFL_LANE_BITS,
@@ -54,10 +56,31 @@ WORD_ADDR_SHIFT = 2  # byte address bits below the word index (4-byte words)
 
 PRED_OPERANDS = ("guard", "pa", "pb")  # an instruction's predicate operands
 
-SLOW_UNITS = (Op.ADD, Op.SUB, Op.MUL, Op.LD, Op.SHFL, Op.VOTE)
-"""ALU units several layers deep (a vote waits for the executing lanes). The others'
-results are gathered into one field (`V.quick`) as soon as they are ready, so that they do
-not hold residual width while the slow units finish."""
+UNIT_OPS: dict[str, tuple[Op, ...]] = {
+    "add": (Op.ADD, Op.SUB),
+    "mul": (Op.MUL,),
+    "logic": (Op.AND, Op.OR, Op.XOR),
+    "shift": (Op.SHL, Op.SHR, Op.SRA),
+    "sel": (Op.SEL,),
+    "s2r": (Op.S2R,),
+    "ld": (Op.LD,),
+    "ballot": (Op.VOTE,),
+    "shfl": (Op.SHFL,),
+    "popc": (Op.POPC,),
+    "clz": (Op.CLZ,),
+    "brev": (Op.BREV,),
+}
+"""The functional units whose output is a lane's 32-bit result, and the ops they serve."""
+
+ACCUMULATION: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("V.a", ("logic", "brev", "s2r")),  # a layer after the operands
+    ("V.b", ("sel", "shfl")),  # after sel's predicate, shfl's lane checks: a and b die
+    ("V", ("add", "mul", "ld", "ballot", "shift", "popc", "clz")),  # with the multiplier's
+    # last sublayer and the loads; the rest are narrow or done beside the multiplier
+)
+"""The result V gathered in place in three steps, each unit in the step where it is ready:
+a finished unit's output does not hold residual width until the slowest one is done, and
+the operands die early."""
 
 
 # -- building blocks ---------------------------------------------------------------------------
@@ -207,6 +230,25 @@ class PerLane:
     def ch(self, index: int, lane: int = 0) -> Lin:
         return self.fields[lane].ch(index)
 
+    def sig(self, index: int, lane: int = 0) -> Sig:
+        return self.fields[lane].sig(index)
+
+
+class Gated:
+    """A unit output that needs no field of its own: per (channel, lane), (gate, value)
+    terms the result gather multiplies in directly. `gated`: the gates already include
+    the opcode (else the gather adds it)."""
+
+    def __init__(
+        self, terms: Callable[[int, int], list[tuple[Lin, Lin]]], gated: bool = False
+    ) -> None:
+        self.terms = terms
+        self.gated = gated
+
+
+Unit = Field | PerLane | Gated | CarrySelect
+"""A functional unit's output as the result gather takes it."""
+
 
 class Stage:
     """One pipeline stage: its instruction's decoded ROM fields, and the datapath fields the
@@ -225,24 +267,28 @@ class Stage:
         # earlier stages that may write an operand: (stage, "writes it" bit) per operand
         self.writers: dict[str, list[tuple[Stage, Field]]] = {}
         self.pred_writers: dict[str, list[tuple[Stage, Field]]] = {}
-        # the datapath (`_operands`, `_alu`): operands, the lanes that execute (E), every
-        # unit's result and the gathered one (V), the new predicate, the adder's sum (also
-        # the memory address), the loads' per-lane words, the address traps
+        # the datapath (`_operands`, `_alu`): operands, the lanes that execute (E), the
+        # gathered result (V), the new predicate, the adder's sum (also the memory
+        # address), the loads' per-lane words, the address traps
         self.A: Field
         self.B: Field
         self.C: Field
+        self.adder_b: Field  # the adder's b: b, ~b (sub) or the memory offset
         self.preds: dict[str, Field | PerLane] = {}
         self.s2r: Field
         self.E: Field
         self.sum: Field
-        self.results: dict[Op, Field | PerLane] = {}
-        self.V: Field
+        self.V: PerLane  # one field per lane
         self.finishing: tuple[Field, ...] = ()  # V's inputs: ready a layer before V
         self.p_new: Field
         self.loaded: list[Field] = []
         self.word_addr: list[Field] = []
         self.trap_misaligned: Field
         self.trap_outside: Field
+        # for the new predicate: vote counts ([count >= 1] is the vote), and per lane
+        # shfl's (mode, source in range) pairs
+        self.vote_counts: dict[VoteMode, Lin] = {}
+        self.shfl_fits: list[list[tuple[Lin, Lin]]] = []
 
     def opc(self, op: Op) -> Lin:
         return self.op.ch(OPCODES.index(op))
@@ -485,14 +531,17 @@ class MachineCircuit:
         width: int,
         own: Sequence[Field],
         writers: Sequence[tuple[Stage, Field]],
-        imm: tuple[Lin, Field | RowField] | None = None,
+        imm: tuple[Lin, Sequence[tuple[Lin, Field | RowField]]] | None = None,
+        flip: Lin | None = None,
     ) -> Field:
         """An operand per lane: where an earlier stage wrote it on that lane (`writers`:
         the stage and a Bit "it writes this operand"), the latest such stage's value (its
         result V, or for a one-bit operand its new predicate); else the file's read (`own`,
-        per lane); or the ROM immediate where `imm` = (is-immediate bit, immediate) says so."""
+        per lane); or a ROM immediate where `imm` = (an immediate is taken, [(this one is,
+        immediate), ...]) says so. `flip` (a 0/1 form): the operand xor flip, bit by bit, in
+        the same layer."""
         c, lanes = self.c, range(self.lanes)
-        k, imm_f = imm if imm is not None else (Lin(), None)
+        k, immediates = imm if imm is not None else (Lin(), [])
         hits: list[list[Lin]] = [[] for _ in lanes]
         if writers:
             hit = wires(
@@ -503,15 +552,28 @@ class MachineCircuit:
             )
             hits = [[hit.ch(t, lane) for t in range(len(writers))] for lane in lanes]
 
-        def terms(lane: int, i: int) -> list[Lin]:
+        def terms(lane: int, i: int, negated: bool = False) -> list[Lin]:
+            """Exclusive forms, one per source: the selected one's value (or 1 - value)."""
+
+            def v(x: Lin) -> Lin:
+                return 1 - x if negated else x
+
             h = hits[lane]
-            out = [own[lane].ch(i) - sum(h, Lin()) - k]
+            out = [v(own[lane].ch(i)) - sum(h, Lin()) - k]
             for t, (st, _) in enumerate(writers):
                 value = st.V if width > 1 else st.p_new
-                out.append(value.ch(i, lane) + h[t] - sum(h[t + 1 :], Lin()) - k - 1)
-            if imm_f is not None:
-                out.append(imm_f.ch(i) + k - 1)
+                out.append(v(value.ch(i, lane)) + h[t] - sum(h[t + 1 :], Lin()) - k - 1)
+            for taken, imm_f in immediates:
+                out.append(v(imm_f.ch(i)) + taken - 1)
             return out
+
+        if flip is not None:
+            plain = terms
+
+            def terms(lane: int, i: int) -> list[Lin]:  # type: ignore[no-redef]
+                return [f - flip for f in plain(lane, i)] + [
+                    f + flip - 1 for f in plain(lane, i, negated=True)
+                ]
 
         enc = Bits(width) if width > 1 else Bit()
         return wires(c, name, enc, [[terms(lane, i) for i in range(width)] for lane in lanes])
@@ -535,16 +597,17 @@ class MachineCircuit:
         later stage's reads are built inside `_build`'s placement floor, at the depth where
         the stage before it finishes, so its 32-bit reads do not hold residual width from
         the top."""
-        c, ins, c_bits = self.c, st.ins, SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS
+        # c: shfl's clamp and segmask bits; in stage 0 the whole word (an atomic is alone
+        # in its block, and cas's new value is its c)
+        c, ins = self.c, st.ins
+        c_bits = 32 if st.index == 0 else SHFL_SEGMASK_SHIFT + SHFL_LANE_BITS
         ra, rb, rc = self.reg_addr[st.index]
         for mem in self.reg_files:
             st.reads_a.append(c.read(mem, ra).outputs[0])
             st.reads_b.append(c.read(mem, rb).outputs[0])
             st.reads_c.append(c.read(mem, rc).outputs[0])  # shfl's c
-        for n in PRED_OPERANDS:
-            st.pred_reads[n] = [
-                c.read(mem, self.pred_addr[st.index][n]).outputs[0] for mem in self.pred_files
-            ]
+        if not st.pred_reads:
+            self._predicate_reads(st)
         tag = f".{st.index}" if st.index else ""
         st.A = self._forwarded(f"A{tag}", 32, st.reads_a, st.writers["a"])
         st.B = self._forwarded(
@@ -552,14 +615,26 @@ class MachineCircuit:
             32,
             st.reads_b,
             st.writers["b"],
-            (ins["b_is_imm"].ch(0), ins["bimm"]),
+            (ins["b_is_imm"].ch(0), [(ins["b_is_imm"].ch(0), ins["bimm"])]),
+        )
+        # the adder's operand, straight from the same sources: ~b for sub (a + ~b + 1),
+        # the offset for a memory address (a + imm), else b
+        mem = st.opc(Op.LD) + st.opc(Op.ST) + st.opc(Op.ATOM)
+        b_imm = ins["b_is_imm"].ch(0)
+        st.adder_b = self._forwarded(
+            f"adder.b{tag}",
+            32,
+            st.reads_b,
+            st.writers["b"],
+            (b_imm + mem, [(b_imm - mem, ins["bimm"]), (mem, ins["imm"])]),
+            flip=st.opc(Op.SUB),
         )
         st.C = self._forwarded(
             f"C{tag}",
             c_bits,
             st.reads_c,
             st.writers["c"],
-            (ins["c_is_imm"].ch(0), ins["imm"]),
+            (ins["c_is_imm"].ch(0), [(ins["c_is_imm"].ch(0), ins["imm"])]),
         )
         st.preds = {  # the reads themselves where no earlier stage may write (no copy)
             n: self._forwarded(f"p.{n}{tag}", 1, st.pred_reads[n], st.pred_writers[n])
@@ -567,6 +642,13 @@ class MachineCircuit:
             else PerLane(st.pred_reads[n])
             for n in PRED_OPERANDS
         }
+
+    def _predicate_reads(self, st: Stage) -> None:
+        """The stage's guard, pa and pb from the predicate files (one bit a lane each)."""
+        for n in PRED_OPERANDS:
+            st.pred_reads[n] = [
+                self.c.read(mem, self.pred_addr[st.index][n]).outputs[0] for mem in self.pred_files
+            ]
 
     def _serves_next_lane(self) -> dict[str, list[Lin]]:
         """A store or atomic serves its executing lanes one per pass, in lane order: the
@@ -589,24 +671,16 @@ class MachineCircuit:
 
     # -- ALU ---------------------------------------------------------------------------------------
     def _alu(self, st: Stage) -> None:
-        c, ins = self.c, st.ins
+        c, ins, lanes = self.c, st.ins, range(self.lanes)
         A, B = st.A, st.B
         has, neg = ins["has_guard"].ch(0), ins["guard_neg"].ch(0)
-        gpass = wires(
-            c,
-            "guard.pass",
-            Bit(),
-            [
-                [
-                    [
-                        1 - has,
-                        has + self._pred(st, "guard", lane) - neg - 1,
-                        has + neg - self._pred(st, "guard", lane) - 1,
-                    ]
-                ]
-                for lane in range(self.lanes)
-            ],
-        )
+
+        def guard_passes(lane: int) -> list[Lin]:
+            """Exclusive AND forms whose sum is "the guard passes" (no guard, or the guard
+            predicate xor its negation): inlined into E, one layer less than a field."""
+            g = self._pred(st, "guard", lane)
+            return [1 - has, has + g - neg - 1, has + neg - g - 1]
+
         # lanes that execute the instruction: the active ones on EXEC; on the pass that ends
         # a memory lane's tokens (`_serves_next_lane`; a store is alone in its block, so in
         # stage 0), those after that lane
@@ -614,12 +688,15 @@ class MachineCircuit:
         mem_next = self.serves_next if st.index == 0 else {"FAMEM": [], "FREG": []}
 
         def runs(lane: int) -> list[Lin]:
-            ready = self.cur_mask.ch(lane) + gpass.ch(0, lane)  # active, guard passes
-            return (
-                [bit(k["EXEC"]) + ready - 2]
-                + [f + lanes_below(self.t_lane, lane) + ready - 3 for f in mem_next["FAMEM"]]
-                + [f + lanes_below(self.t_sel, lane) + ready - 3 for f in mem_next["FREG"]]
-            )
+            forms = []
+            for passes in guard_passes(lane):
+                ready = self.cur_mask.ch(lane) + passes  # active, guard passes
+                forms += (
+                    [bit(k["EXEC"]) + ready - 2]
+                    + [f + lanes_below(self.t_lane, lane) + ready - 3 for f in mem_next["FAMEM"]]
+                    + [f + lanes_below(self.t_sel, lane) + ready - 3 for f in mem_next["FREG"]]
+                )
+            return forms
 
         st.E = wires(c, f"exe.{st.index}", Bit(), [[runs(lane)] for lane in range(self.lanes)])
         neg_a = ins["neg_a"].ch(0)
@@ -632,59 +709,78 @@ class MachineCircuit:
                 for lane in range(self.lanes)
             ],
         )
-        adder = self._adder(st)
-        logic, shift = self._logic_unit(st), self._shifter(st)
-        results: dict[Op, Field] = {
-            Op.ADD: adder,
-            Op.SUB: adder,
-            Op.MUL: c.mul_lo(A, B),
-            Op.AND: logic,
-            Op.OR: logic,
-            Op.XOR: logic,
-            Op.SHL: shift,
-            Op.SHR: shift,
-            Op.SRA: shift,
-            Op.SEL: c.mux(pa_eff, A, B),
-            Op.S2R: st.s2r,
-            Op.LD: self._loads(st),
-            Op.VOTE: self._votes(st, pa_eff),
-            Op.SHFL: self._shuffle(st),
+        sel = Gated(
+            lambda i, lane: [
+                (pa_eff.ch(0, lane), A.ch(i, lane)),
+                (1 - pa_eff.ch(0, lane), B.ch(i, lane)),
+            ]
+        )
+        product = mul_lo_parts(c, A, B)
+        # the shifter (a layer of MLP to itself) beside the multiplier's first adder
+        # sublayer, where it leaves the multiplier room and its output goes straight to V
+        with c.placed_after(product.operands):
+            shift = self._shifter(st)
+        units: dict[str, Unit] = {
+            "add": self._adder(st),
+            "mul": product,
+            "logic": self._logic_unit(st),
+            "shift": shift,
+            "sel": sel,
+            "s2r": st.s2r,
+            "ld": self._loads(st),
+            "ballot": self._votes(st, pa_eff),
+            "shfl": self._shuffle(st),
             **self._bit_counts(st),
         }
-        st.results = results
 
-        def gathered(
-            name: str, units: dict[Op, Field | PerLane], extra: Field | None = None
-        ) -> Field:
-            """The lane's result: the executing op's unit output (plus `extra`, already
-            gated), one field."""
-            return products(
-                c,
-                name,
-                Bits(32),
-                [
-                    [
-                        [
-                            (st.opc(op), r.ch(i, lane))
-                            for op, r in units.items()
-                            if i < r.encoding.width
-                        ]
-                        + ([(extra.ch(i, lane), Lin.of(1))] if extra is not None else [])
-                        for i in range(32)
-                    ]
-                    for lane in range(self.lanes)
-                ],
+        def serving(unit: str) -> Lin:
+            """1 when the instruction is one of the unit's ops (a one-hot's sum)."""
+            return sum((st.opc(x) for x in UNIT_OPS[unit]), Lin())
+
+        def gathered(name: str, names: Sequence[str], onto: PerLane | None = None) -> MlpOp:
+            """The lane's result from the units `names`: the executing op's output (gated
+            by its opcodes here, or by the unit itself), one field per lane (the results
+            buffers' data), added in place onto `onto` (the units gathered before)."""
+            out = PerLane([c.new_field(c.fresh(f"{name}.{lane}"), Bits(32)) for lane in lanes])
+            neurons = []
+            for lane in lanes:
+                for i in range(32):
+                    o = {out.sig(i, lane): 1}
+                    for unit in names:
+                        r, serves = units[unit], serving(unit)
+                        if isinstance(r, Gated):
+                            terms = r.terms(i, lane)
+                            if not r.gated:
+                                terms = [(serves + g - 1, v) for g, v in terms]
+                        elif isinstance(r, CarrySelect) or i >= r.encoding.width:
+                            terms = []
+                        else:
+                            terms = [(serves, r.ch(i, lane))]
+                        neurons += [neuron(gate, o, up=v) for gate, v in terms]
+            for unit in names:
+                r = units[unit]
+                if isinstance(r, CarrySelect):  # the multiplier's last sublayer
+                    neurons += r.select_neurons(
+                        out, gate=sum((st.opc(x) for x in UNIT_OPS[unit]), Lin())
+                    )
+            read = {n for x in neurons for n in x.fields()}
+            read |= {f.name for f in onto.fields} if onto is not None else set()
+            return c.mlp(
+                "gather",
+                [c.fields[n] for n in sorted(read)],
+                out.fields,
+                neurons,
+                inplace=dict(zip(out.fields, onto.fields, strict=True)) if onto else None,
             )
 
-        quick = gathered("V.quick", {op: r for op, r in results.items() if op not in SLOW_UNITS})
-        slow = {op: results[op] for op in SLOW_UNITS}
-        st.V = gathered("V", slow, extra=quick)
-        # V's inputs: ready a layer before V
-        st.finishing = tuple(
-            f
-            for r in (*slow.values(), quick)
-            for f in (r.fields if isinstance(r, PerLane) else [r])
-        )
+        # V accumulates the units in the order they finish, so that a finished unit's
+        # output does not hold residual width until the slowest one is done
+        acc = None
+        for name, names in ACCUMULATION:
+            op = gathered(name + (f".{st.index}" if st.index else ""), names, onto=acc)
+            acc = PerLane(list(op.outputs))
+        st.V = acc
+        st.finishing = op.inputs  # ready a layer before V
         hs, eq, ge = (c.compare(A, B, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         conds = list(Cond)
         neg_b = ins["neg_b"].ch(0)
@@ -714,30 +810,32 @@ class MachineCircuit:
             ]
 
         votes = list(VoteMode)
-        vote_terms = [
-            (st.mode.ch(votes.index(mode)) + st.opc(Op.VOTE) - 1, bit(result))
-            for mode, result in st.vote_preds.items()
-        ]
-        in_range = st.shfl_in_range
-        st.p_new = products(
-            c,
-            "pred.new",
-            Bit(),
-            [
+        p_new = c.new_field(c.fresh("pred.new"), Bit(), self.lanes)
+        neurons = []
+        for lane in range(self.lanes):
+            o = {p_new.sig(0, lane): 1}
+            terms = (
                 [
-                    [
-                        (st.mode.ch(conds.index(cd)) + st.opc(Op.SETP) - 1, form)
-                        for cd, form in condition_forms(hs, eq, ge, lane).items()
-                    ]
-                    + plop_terms(lane)
-                    + vote_terms
-                    + [(st.opc(Op.SHFL), in_range.ch(0, lane))]
+                    (st.mode.ch(conds.index(cd)) + st.opc(Op.SETP) - 1, form)
+                    for cd, form in condition_forms(hs, eq, ge, lane).items()
                 ]
-                for lane in range(self.lanes)
-            ],
-        )
+                + plop_terms(lane)
+                + [(st.opc(Op.SHFL) + mode - 1, ok) for mode, ok in st.shfl_fits[lane]]
+            )
+            neurons += [neuron(gate, o, up=form) for gate, form in terms]
+            for mode, count in st.vote_counts.items():
+                # [count >= 1] where the instruction is this vote: a gate off pushes the
+                # count (|count| <= lanes) below both steps
+                off = (st.mode.ch(votes.index(mode)) + st.opc(Op.VOTE) - 2) * (self.lanes + 1)
+                neurons += [
+                    relu_of(count + off, o),
+                    relu_of(count + off - 1, {p_new.sig(0, lane): -1}),
+                ]
+        inputs = sorted({name for x in neurons for name in x.fields()})
+        c.mlp("pred.new", [c.fields[n] for n in inputs], [p_new], neurons)
+        st.p_new = p_new
 
-    def _shuffle(self, st: Stage) -> Field:
+    def _shuffle(self, st: Stage) -> Gated:
         """shfl.sync (PTX ISA): lane l reads a from its source lane where that lane is in
         range (its own a otherwise; a source past the warp's last lane also gives its own),
         and the in-range bit is the predicate. Per lane, with b, clamp and segmask as
@@ -789,7 +887,6 @@ class MachineCircuit:
         def b_is(lane: int, v: int) -> Lin:
             return match_form([B.ch(j, lane) for j in range(n)], v)
 
-        shfl = st.opc(Op.SHFL)
         fits, takes = [], []  # per lane: in range per mode; (gate, source lane) terms
         for lane in lanes:
             top = value(max_lane, lane)
@@ -803,7 +900,7 @@ class MachineCircuit:
                 m: bit(c.threshold(f, 0, name=f"shfl.ok.{m.value}{lane}"))
                 for m, f in limits.items()
             }
-            fits.append([mode_is(m) + ok[m] - 1 for m in modes])
+            fits.append([(mode_is(m), ok[m]) for m in modes])
             terms = []
             for src in lanes:
                 if src == lane:
@@ -815,31 +912,25 @@ class MachineCircuit:
                     ShflMode.IDX: match_form([idx_src.ch(j, lane) for j in range(n)], src),
                 }
                 terms += [
-                    (shfl + mode_is(m) + ok[m] + pick - 3, src)
+                    (mode_is(m) + ok[m] + pick - 2, src)
                     for m, pick in picks.items()
                     if pick is not None
                 ]
             takes.append(terms)
-        st.shfl_in_range = wires(c, "shfl.in", Bit(), [[fit] for fit in fits])
+        st.shfl_fits = fits
         # a_src = a_own + (a_src - a_own) where the source is another lane
         A = st.A
-        return products(
-            c,
-            "shfl",
-            Bits(32),
-            [
-                [
-                    [(shfl, A.ch(i, lane))]
-                    + [(gate, A.ch(i, src) - A.ch(i, lane)) for gate, src in takes[lane]]
-                    for i in range(32)
-                ]
-                for lane in lanes
-            ],
+        return Gated(
+            lambda i, lane: (
+                [(Lin.of(1), A.ch(i, lane))]
+                + [(gate, A.ch(i, src) - A.ch(i, lane)) for gate, src in takes[lane]]
+            )
         )
 
     def _votes(self, st: Stage, pa_eff: Field) -> Field:
         """vote over the executing lanes' pa ^ neg_a: ballot (the voters' lane mask, in
-        every lane) as a result, any and all as predicates (`vote_preds`)."""
+        every lane) as a result, any and all as predicates (`vote_counts`, stepped in
+        `pred.new`)."""
         c, E, lanes = self.c, st.E, range(self.lanes)
         voters = wires(
             c,
@@ -847,16 +938,11 @@ class MachineCircuit:
             Bits(self.lanes),
             [[[E.ch(0, n) + pa_eff.ch(0, n) - 1] for n in lanes]],
         )
-        # all: no executing lane votes no (voters <= executing lanes, so this is 0/1)
-        unanimous = wires(
-            c,
-            "vote.all",
-            Bit(),
-            [[[1 + sum((voters.ch(n) - E.ch(0, n) for n in lanes), Lin())]]],
-        )
-        st.vote_preds = {
-            VoteMode.ANY: c.or_bits(voters, name="vote.any"),
-            VoteMode.ALL: unanimous,
+        # as [count >= 1] (`pred.new`): any, some voter; all, no executing lane votes no
+        # (voters <= executing lanes)
+        st.vote_counts = {
+            VoteMode.ANY: sum((voters.ch(n) for n in lanes), Lin()),
+            VoteMode.ALL: 1 + sum((voters.ch(n) - E.ch(0, n) for n in lanes), Lin()),
         }
         return wires(
             c,
@@ -865,7 +951,7 @@ class MachineCircuit:
             [[[voters.ch(n)] for n in lanes] for _ in lanes],
         )
 
-    def _bit_counts(self, st: Stage) -> dict[Op, Field]:
+    def _bit_counts(self, st: Stage) -> dict[str, Unit]:
         """popc, clz (32 for 0) and brev of a."""
         c, A = self.c, st.A
         popc = c.to_bits(c.popcount(A), width=6, name="popc")
@@ -883,51 +969,28 @@ class MachineCircuit:
                 for lane in range(self.lanes)
             ],
         )
-        brev = wires(
-            c,
-            "brev",
-            Bits(32),
-            [[[A.ch(31 - i, lane)] for i in range(32)] for lane in range(self.lanes)],
-        )
-        return {Op.POPC: popc, Op.CLZ: clz, Op.BREV: brev}
+        brev = Gated(lambda i, lane: [(Lin.of(1), A.ch(31 - i, lane))])
+        return {"popc": popc, "clz": clz, "brev": brev}
 
     def _adder(self, st: Stage) -> Field:
-        """One adder for add, sub (a + ~b + 1) and the memory address (a + imm)."""
-        c, ins = self.c, st.ins
-        mem = st.opc(Op.LD) + st.opc(Op.ST) + st.opc(Op.ATOM)
-        sub = st.opc(Op.SUB)
-        operand = wires(
-            c,
-            "adder.b",
-            Bits(32),
-            [
-                [
-                    [
-                        ins["imm"].ch(i) + mem - 1,
-                        st.B.ch(i, lane) - sub - mem,
-                        sub - st.B.ch(i, lane) - mem,
-                    ]
-                    for i in range(32)
-                ]
-                for lane in range(self.lanes)
-            ],
-        )
-        st.sum = c.add(st.A, operand, carry_in=bits_of(c, "adder.cin", [sub]))
+        """One adder for add, sub (a + ~b + 1) and the memory address (a + imm): its
+        operand comes with the stage's operands (`_operands`)."""
+        sub = bits_of(self.c, "adder.cin", [st.opc(Op.SUB)])
+        st.sum = self.c.add(st.A, st.adder_b, carry_in=sub)
         return st.sum
 
-    def _logic_unit(self, st: Stage) -> Field:
-        """and / or / xor in one block, gated by the opcode (one result field)."""
-        c = self.c
+    def _logic_unit(self, st: Stage) -> Gated:
+        """and / or / xor, gated by the opcode: terms of the result gather."""
         o_and, o_or, o_xor = st.opc(Op.AND), st.opc(Op.OR), st.opc(Op.XOR)
-        chans = [
-            [logic_terms(st.A.ch(i, lane), st.B.ch(i, lane), o_and, o_or, o_xor) for i in range(32)]
-            for lane in range(self.lanes)
-        ]
-        return products(c, "logic", Bits(32), chans)
+        return Gated(
+            lambda i, lane: logic_terms(st.A.ch(i, lane), st.B.ch(i, lane), o_and, o_or, o_xor),
+            gated=True,
+        )
 
     def _shifter(self, st: Stage) -> Field:
         """shl / shr / sra by the whole register b in one block, gated by the opcode:
-        out_i = sum_k [b == k] * a_(i -+ k); sra fills with the sign where i + b >= 32."""
+        out_i = sum_k [b == k] * a_(i -+ k); sra fills with the sign where i + b >= 32.
+        A field of its own (about a thousand neurons a lane: an MLP layer to itself)."""
         c = self.c
         ops = {Op.SHL: st.opc(Op.SHL), Op.SHR: st.opc(Op.SHR), Op.SRA: st.opc(Op.SRA)}
         sign = wires(
@@ -1122,16 +1185,7 @@ class MachineCircuit:
         lane = self.exe_first
         old = pick_lane(c, "atom.old", lane, PerLane(st.loaded))
         b = pick_lane(c, "atom.b", lane, st.B)
-        # cas's new value, straight from register reads (no lanes field in between) made
-        # where the memory unit works: the operand's early reads die with shfl's C
-        ra_c = self.reg_addr[0][2]
-        late_c = [c.read(mem, ra_c, after=[old]).outputs[0] for mem in self.reg_files]
-        swap = products(
-            c,
-            "atom.c",
-            Bits(32),
-            [[[(lane.ch(n), r.ch(i)) for n, r in enumerate(late_c)] for i in range(32)]],
-        )
+        swap = pick_lane(c, "atom.c", lane, st.C)  # cas's new value: stage 0's c is a word
         hs, eq, ge = (c.compare(old, b, cd) for cd in (Cond.HS, Cond.EQ, Cond.GE))
         cf = condition_forms(hs, eq, ge, 0)
         atoms = list(AtomOp)
@@ -1213,7 +1267,9 @@ class MachineCircuit:
             ],
             [new, old, lane],
             self.memory_pass,
-            after=[self.st[-1].V],  # read by the write-back logic, after the last stage
+            # read by the write-back logic, after the last stage, and not in the layer
+            # of the scheduler's memories (they take all its heads)
+            after=[*self.st[-1].V.fields, *self.sched_nb.values()],
         )
 
     # -- terminator and scheduler ---------------------------------------------------------------
@@ -1221,35 +1277,36 @@ class MachineCircuit:
         c, k = self.c, self.kind
         ins = self.blk
         self.pt = [c.read(mem, self.pred_term_addr).outputs[0] for mem in self.pred_files]
-        # the branch predicate: the latest stage's new value on lanes that wrote it
-        p_eff = self._forwarded(
-            "term.p", 1, self.pt, self._predicate_writers(ins["term_pred"], self.st)
-        )
-        tn = ins["term_neg"].ch(0)
-        cond = wires(
-            c,
+        # the branch condition: the branch predicate (the latest stage's new value on lanes
+        # that wrote it) xor the terminator's negation
+        cond = self._forwarded(
             "term.cond",
-            Bit(),
-            [[[p_eff.ch(0, lane) - tn, tn - p_eff.ch(0, lane)]] for lane in range(self.lanes)],
+            1,
+            self.pt,
+            self._predicate_writers(ins["term_pred"], self.st),
+            flip=ins["term_neg"].ch(0),
         )
         jump = self.term_is(TermKind.JUMP) + self.term_is(TermKind.BARRIER)
         br = self.term_is(TermKind.BRANCH)
-        nb = wires(
-            c,
-            "next.b",
-            Bits(self.bb),
-            [
+        # each lane's next block, one field per lane (the scheduler memories' data)
+        nb = [
+            wires(
+                c,
+                f"next.b{lane}",
+                Bits(self.bb),
                 [
                     [
-                        jump + ins["target"].ch(i) - 1 - bit(k["CTA"]),
-                        br + cond.ch(0, lane) + ins["target"].ch(i) - 2 - bit(k["CTA"]),
-                        br + ins["other"].ch(i) - cond.ch(0, lane) - 1 - bit(k["CTA"]),
+                        [
+                            jump + ins["target"].ch(i) - 1 - bit(k["CTA"]),
+                            br + cond.ch(0, lane) + ins["target"].ch(i) - 2 - bit(k["CTA"]),
+                            br + ins["other"].ch(i) - cond.ch(0, lane) - 1 - bit(k["CTA"]),
+                        ]
+                        for i in range(self.bb)
                     ]
-                    for i in range(self.bb)
-                ]
-                for lane in range(self.lanes)
-            ],
-        )
+                ],
+            )
+            for lane in range(self.lanes)
+        ]
         # the scheduler's state: (next block, live) for every (warp, lane), one memory each
         self.sched_nb, self.sched_live = {}, {}
         ntid = self.ntid.value()
@@ -1283,7 +1340,7 @@ class MachineCircuit:
                 (nb_r, live_r) = self._register(
                     f"sched{t}",
                     [Column("nb", Bits(self.bb)), Column("live", Bit())],
-                    [lane_part(c, f"nb{t}", nb, lane), live],
+                    [nb[lane], live],
                     when,
                 )
                 self.sched_nb[w, lane], self.sched_live[w, lane] = nb_r, live_r
@@ -1446,7 +1503,6 @@ class MachineCircuit:
         for st in self.st:
             s, E = st.index, st.E
             exe_bits = bits_of(c, f"exe.bits.{s}", [E.ch(0, lane) for lane in range(self.lanes)])
-            first, _ = c.priority(exe_bits, name=f"exe.first.{s}")
             pvals = wires(
                 c,
                 f"pvals.{s}",
@@ -1463,37 +1519,43 @@ class MachineCircuit:
             )
             # an earlier stage's results are kept where the last stage's are (the
             # write-back logic wants them all at once), not beside a later stage's datapath
-            late = c.placed_after([last.V]) if st is not last else contextlib.nullcontext()
+            late = c.placed_after(last.V.fields) if st is not last else contextlib.nullcontext()
             with late:
-                values, uniform = self._stage_results(st, first, after=last.finishing)
+                values, uniform = self._stage_results(st, after=last.finishing)
             self.res_v.append(values)
             self.res_e.append(res_e)
             self.res_p.append(res_p)
             self.res_u.append(uniform)
 
-    def _stage_results(
-        self, st: Stage, first: Field, after: Sequence[Field]
-    ) -> tuple[list[Field], Field]:
+    def _stage_results(self, st: Stage, after: Sequence[Field]) -> tuple[list[Field], Field]:
         """A stage's results buffer (one memory per lane, read no earlier than `after`)
         and its uniform flag: every active lane executed and all values are equal, so one
         write-back word serves them all."""
         c, s, E, lanes = self.c, st.index, st.E, range(self.lanes)
-        v_first = pick_lane(c, f"v.first.{s}", first, st.V)
-        eq = c.equal(st.V, v_first)
-        ok = wires(
+        # the bits in which two executing lanes differ, over every pair, in one channel
+        pairs = [(x, y) for x in lanes for y in lanes if x < y]
+        diff = wires(
             c,
-            f"uni.ok.{s}",
-            Bit(),
-            [[[1 - E.ch(0, lane), E.ch(0, lane) + eq.ch(0, lane) - 1]] for lane in lanes],
+            f"uni.diff.{s}",
+            Ints(1, 0, 32 * len(pairs)),
+            [
+                [
+                    [
+                        sign * (st.V.ch(i, x) - st.V.ch(i, y)) + E.ch(0, x) + E.ch(0, y) - 2
+                        for x, y in pairs
+                        for i in range(32)
+                        for sign in (1, -1)
+                    ]
+                ]
+            ],
         )
         missing = sum((self.cur_mask.ch(lane) - E.ch(0, lane) for lane in lanes), Lin())
-        executed_alike = sum((ok.ch(0, lane) for lane in lanes), Lin()) - (self.lanes - 1)
-        uni = wires(c, f"uniform.{s}", Bit(), [[[executed_alike - missing]]])
+        uni = wires(c, f"uniform.{s}", Bit(), [[[1 - diff.ch(0) - missing]]])
         values = [
             self._register(
                 f"result{s}.{lane}",
                 [Column("v", Bits(32))],
-                [lane_part(c, f"v{s}.{lane}", st.V, lane)],
+                [st.V.fields[lane]],
                 self.kind["EXEC"],
                 after=after,
             )[0]
@@ -1869,22 +1931,28 @@ class MachineCircuit:
             }
         for st in self.st:
             if st.index:
-                # its exec bytes a few layers before the stage starts (the previous one's
-                # adder), the rest where the previous stage's result is ready
+                # its exec bytes after the previous stage's loads (a head each: not in
+                # the layer of its register reads), the rest where that stage's result is
+                prev = self.st[st.index - 1]
                 for j in self.layout.exec_bytes(st.index):
-                    prev = self.st[st.index - 1].sum
-                    self.row[j] = self.c.read(self.rom[j], self.cur_b, after=[prev]).outputs[0]
-                with self.c.placed_after([self.st[st.index - 1].V]):
+                    self.row[j] = self.c.read(self.rom[j], self.cur_b, after=prev.loaded).outputs[0]
+                # its predicate reads (a bit a lane) while the stage before it computes:
+                # with its register reads they would need more heads than a layer has
+                with self.c.placed_after([self.st[st.index - 1].A]):
+                    self._predicate_reads(st)
+                with self.c.placed_after(self.st[st.index - 1].finishing):
                     self._decode(st)
                     self._operands(st)
                     self._alu(st)
             else:
                 self._operands(st)
                 self._alu(st)
-        self._memory_unit()
-        self._terminator()
-        self._scheduler()
+        # creation order breaks the scheduler's ties: the results buffers before the
+        # scheduler's memories, which take all of a layer's heads
         self._results()
+        self._terminator()
+        self._memory_unit()
+        self._scheduler()
         self._next_token()
 
 
