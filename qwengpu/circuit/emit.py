@@ -60,9 +60,14 @@ class EmittedLayer:
     neurons: int = 0
 
     def state_dict(self, dtype=None) -> dict:
+        """The parameters as tensors; in float32 they share the arrays' memory (a 2B
+        machine's layers are about 10 GB: a model loading them with `assign=True` does
+        not hold a second copy). Read-only: muting is done before."""
         import torch
 
         dtype = dtype or torch.float32
+        if dtype is torch.float32:
+            return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.params.items()}
         return {k: torch.tensor(v, dtype=dtype) for k, v in self.params.items()}
 
 

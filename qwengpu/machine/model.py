@@ -32,17 +32,16 @@ circuit tokens, and 2^16 stays far below the anchors (2^23), so the norm is unch
 OUTPUT_ROW_GAIN = 2.0**6
 """Scale of the circuit tokens' output rows: sets the logit margin of the right token."""
 
-MACHINE_SPEC = MachineSpec(
-    block_size=2, loads_per_block=2, stores_alone=True, rom_blocks=128, mul_high=False
-)
-"""The machine the circuit implements: blocks of two instructions (a 2-stage pipeline, one
-pass per block; a store or atomic alone in its block), 128 ROM blocks (a DeltaNet head
-holds 128 rows), no high multiplier (the lowering expands mulhu/mulhs into 16-bit mul
-pieces: a 64-bit product array does not fit the 0.8B residual)."""
+MACHINE_SPEC = MachineSpec(stores_alone=True, rom_blocks=128, mul_high=False)
+"""The machine the circuit implements: docs/isa.md's default blocks of four instructions
+(a 4-stage pipeline, one pass per block; a store or atomic alone in its block), 128 ROM
+blocks (a DeltaNet head holds 128 rows), no high multiplier (the lowering expands
+mulhu/mulhs into 16-bit mul pieces: a 64-bit product array does not fit the residual)."""
 
-REDUCED_SPEC = dataclasses.replace(MACHINE_SPEC, lanes=2, warps=8)
+REDUCED_SPEC = dataclasses.replace(MACHINE_SPEC, lanes=2, warps=8, block_size=2, loads_per_block=2)
 """The reduced preset, for the 0.8B geometry (hidden 1024): 2-lane warps halve every
-per-lane field, and 8 warps keep 16 threads per CTA, so the same kernels fit."""
+per-lane field, and 8 warps keep 16 threads per CTA, so the same kernels fit; blocks of two
+instructions (a 2-stage pipeline: four stages' datapaths do not fit 1,024 dims)."""
 
 MACHINE_PRESETS: dict[str, MachineSpec] = {QWEN35_0_8B.name: REDUCED_SPEC}
 """The machine each geometry hosts, by geometry name (MACHINE_SPEC for the others)."""
@@ -246,7 +245,9 @@ def build_launch_model(
     )
     with torch.no_grad():
         for i in range(len(machine.layer_types)):  # one layer's tensors alive at a time
-            model.model.layers[i].load_state_dict(machine.layer_state_dict(i, dtype), strict=True)
+            # assigned, not copied: in float32 the model shares the compiled arrays
+            sd = machine.layer_state_dict(i, dtype)
+            model.model.layers[i].load_state_dict(sd, strict=True, assign=True)
         emb = np.concatenate([np.asarray(text_embedding, float), machine.token_embeddings()])
         model.model.embed_tokens.weight.copy_(torch.tensor(emb).to(dtype))
         head = np.concatenate(

@@ -189,7 +189,7 @@ def test_inspect_prints_the_reduced_machine_layer_map(capsys: pytest.CaptureFixt
     code, out, _ = run_cli(capsys, "inspect", "--geometry", "0.8b")
     assert code == 0
     header = out.splitlines()[0]
-    assert header.startswith("qgpu machine on qwen3.5-0.8b: 31 layers used")
+    assert header.startswith("qgpu machine on qwen3.5-0.8b: 27 layers used")
     assert "2-lane warps x 8 warps/CTA" in header and "ROM 128 blocks x 2 instructions" in header
     assert "register file" in out and "output amplifier" in out
 

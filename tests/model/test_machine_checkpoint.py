@@ -37,6 +37,13 @@ def machine_checkpoint(request, qwengpu_cache, tmp_path_factory):
     shutil.rmtree(out, ignore_errors=True)  # 9 GB for 2B: free the disk for the next
 
 
+FLOAT32_2B_GIB = 26  # 21.6 GB measured with the 32-layer stack, plus 12 circuit layers
+
+
+def _memory_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
 def _qgpu(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     """`qgpu ARGS` in a fresh process (nothing of this test's imports carries over)."""
     command = [sys.executable, "-m", "qwengpu.cli.main", *args]
@@ -53,7 +60,7 @@ def test_the_manifest_describes_the_machine(machine_checkpoint):
     circuit = manifest["circuit"]
     preset = machine_spec_for(GEOMETRIES[f"qwen3.5-{geometry}"])
     built = spec_from_dict(manifest["machine_spec"])
-    # the synthetic 0.8B base's text rows cannot be muted on the 35 dims the 2-stage
+    # the synthetic 0.8B base's text rows cannot be muted on the 52 dims the 2-stage
     # machine leaves there: the build falls back to one instruction per pass
     assert built == (single_stage(preset) if geometry == "0.8b" else preset)
     assert preset.lanes == (2 if geometry == "0.8b" else 4)
@@ -66,7 +73,12 @@ def test_the_manifest_describes_the_machine(machine_checkpoint):
 
 @pytest.mark.parametrize(("dtype", "feed"), [("bfloat16", "tokens"), ("float32", "prefill")])
 def test_dot_product_through_the_built_checkpoint(machine_checkpoint, dtype, feed):
-    _, path, _ = machine_checkpoint
+    geometry, path, _ = machine_checkpoint
+    if geometry == "2b" and dtype == "float32" and _memory_gib() < FLOAT32_2B_GIB:
+        pytest.skip(
+            f"the 2B checkpoint in float32 takes about {FLOAT32_2B_GIB} GiB (44 circuit and "
+            f"24 base layers, a 310k-row lm_head); this machine has {_memory_gib():.0f}"
+        )
     done = _qgpu(
         "run", "examples/dot.cu", "--backend", "model", "--model", str(path), "--dtype", dtype,
         "--feed", feed, "--check", *DOT_ARGS, "--arg", "int32:3", "--json",
