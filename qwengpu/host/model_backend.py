@@ -23,7 +23,13 @@ import numpy as np
 from qwengpu.circuit.runtime import exact_arithmetic
 from qwengpu.errors import ArgError, CheckpointError, LaunchError, TrapError
 from qwengpu.host.launch import build_memory, check_geometry, copy_back, dim3
-from qwengpu.isa.instr import Program, address_fault, illegal_address_message
+from qwengpu.isa.instr import (
+    Program,
+    address_fault,
+    illegal_address_message,
+    misaligned_fault,
+    outside_memory_fault,
+)
 from qwengpu.isa.spec import WORD_MASK, MachineSpec
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
@@ -372,11 +378,12 @@ class ModelBackend:
         thread = step.warp * spec.lanes + lane
         if any(ins.a in earlier.writes() for earlier in instrs[:stage]):
             why = TRAP_REASONS[trap.get("why")]
-            return (
-                f"illegal address: thread {thread} of CTA {step.cta} at B{step.block}.{stage} "
-                f"'{ins}' (PTX line {ins.src_line}): {why} (r{ins.a} comes from an earlier "
-                "instruction of the block, so the host cannot show the address)"
+            fault = (
+                misaligned_fault(ins)
+                if why == "misaligned"
+                else outside_memory_fault(spec.memory_bytes)
             )
+            return illegal_address_message(thread, step.cta, step.block, stage, ins, None, fault)
         address = (self.read_register(states, step.warp, lane, ins.a) + ins.imm) & WORD_MASK
         fault = address_fault(ins, address, spec.memory_bytes)
         if fault is None:

@@ -350,22 +350,46 @@ def address_fault(instr: Instr, address: int, memory_bytes: int) -> str | None:
     """Why a load/store/atomic at byte `address` traps (None: it does not), in the words
     of the trap message: it must be aligned to its access (a word; st.8 / st.16: 1 / 2
     bytes) and inside memory."""
-    width = instr.mode.value // 8 if isinstance(instr.mode, StoreWidth) else WORD_BYTES
-    if address % width:
-        return f"is not {width}-byte aligned"
+    if address % access_bytes(instr):
+        return misaligned_fault(instr)
     if address >= memory_bytes:
-        return f"is outside memory (0..{memory_bytes - 1:#x})"
+        return outside_memory_fault(memory_bytes)
     return None
 
 
+def access_bytes(instr: Instr) -> int:
+    """The bytes one lane's access moves: a word, or st.8 / st.16's 1 / 2."""
+    return instr.mode.value // 8 if isinstance(instr.mode, StoreWidth) else WORD_BYTES
+
+
+def misaligned_fault(instr: Instr) -> str:
+    return f"is not {access_bytes(instr)}-byte aligned"
+
+
+def outside_memory_fault(memory_bytes: int) -> str:
+    return f"is outside memory (0..{memory_bytes - 1:#x})"
+
+
 def illegal_address_message(
-    thread: int, cta: int, block_no: int, slot: int, instr: Instr, address: int, fault: str
+    thread: int,
+    cta: int,
+    block_no: int,
+    slot: int,
+    instr: Instr,
+    address: int | None,
+    fault: str,
 ) -> str:
-    """The trap message for an illegal address (the interpreter's and the model's)."""
+    """The trap message for an illegal address (the interpreter's and the model's).
+    `address` None: the address register was written earlier in the same block, so the
+    model's recurrent state, which the host reads, does not hold it."""
     where = f" (PTX line {instr.src_line})" if instr.src_line else ""
+    if address is None:
+        at = f"the byte address (r{instr.a}, written earlier in B{block_no}, is not readable)"
+    else:
+        at = f"byte address {address:#x}"
     return (
         f"illegal address: thread {thread} of CTA {cta} at B{block_no}.{slot} '{instr}'{where}: "
-        f"byte address {address:#x} {fault}"
+        f"{at} {fault}"
     )
 
 

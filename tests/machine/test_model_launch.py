@@ -147,6 +147,16 @@ def _crossed(names: list[str], dtype: str, flip: bool = False) -> list[tuple[str
     return [(name, (k % 2 == 0) == first) for k, name in enumerate(names)]
 
 
+def _paths_taken(cases, spec) -> dict[str, int]:
+    """How many of the cases' programs, lowered for `spec`, take each pipeline path."""
+    seen: dict[str, int] = {}
+    for case in cases:
+        program = api.compile(suite.load_source(case), case.kernel, spec=spec)
+        for path in _pipeline_paths(program):
+            seen[path] = seen.get(path, 0) + 1
+    return seen
+
+
 def _pipeline_paths(program) -> set[str]:
     """The pipeline's paths a program's blocks take: a later stage's operand forwarded from
     the latest earlier stage that wrote it (register a, b or c; predicate guard, pa, pb;
@@ -195,11 +205,7 @@ def test_the_suite_takes_every_pipeline_path():
     """The suite run below proves the pipeline only where its kernels take its paths: every
     forwarding path, loads and shuffles in the second stage, guards there, and blocks whose
     two results both travel back, each in several kernels (lowered for the model's spec)."""
-    seen: dict[str, int] = {}
-    for case in suite.CASES:
-        program = api.compile(suite.load_source(case), case.kernel, spec=REDUCED_SPEC)
-        for path in _pipeline_paths(program):
-            seen[path] = seen.get(path, 0) + 1
+    seen = _paths_taken(suite.CASES, REDUCED_SPEC)
     wanted = ["reg.a", "reg.b", "pred.guard", "branch.second", "branch.first", "op.ld"]
     wanted += ["op.shfl", "guarded", "both.travel"]
     print(sorted(seen.items()))
@@ -210,12 +216,8 @@ def test_the_2b_tier_takes_the_four_stage_paths():
     """The slow tier runs the 4-stage machine on 20 kernels: among them, full blocks, values
     forwarded over two and three stages, loads from the third stage on, branches on the
     last stage's predicate and an earlier one's, several stages' results travelling back."""
-    seen: dict[str, int] = {}
-    for name in _fitting_cases(MACHINE_SPEC)[:FULL_MIN_CASES]:
-        case = CASES[name]
-        program = api.compile(suite.load_source(case), case.kernel, spec=MACHINE_SPEC)
-        for path in _pipeline_paths(program):
-            seen[path] = seen.get(path, 0) + 1
+    names = _fitting_cases(MACHINE_SPEC)[:FULL_MIN_CASES]
+    seen = _paths_taken([CASES[name] for name in names], MACHINE_SPEC)
     wanted = ["size.4", "reg.back2", "reg.back3", "late.ld", "branch.second", "branch.first"]
     wanted += ["both.travel", "reg.a", "reg.b"]
     print(sorted(seen.items()))
@@ -556,6 +558,33 @@ def test_an_illegal_address_traps_as_in_the_interpreter(reduced, stride):
         reduced.get("float32").launch(program, 1, 2, [np.zeros(4, np.uint32), np.int32(stride)])
     assert str(got.value) == str(expected.value)
     assert "thread 1 of CTA 0" in str(got.value)
+
+
+PEEK = """extern "C" __global__ void peek(unsigned* p, unsigned* o, int stride)
+{ o[threadIdx.x] = *(unsigned*)((char*)p + (threadIdx.x ^ 1) * stride); }"""
+
+
+@pytest.mark.parametrize("stride", [2, 600], ids=["misaligned", "outside"])
+def test_a_trap_on_an_address_its_own_block_computed_says_what_it_can(reduced, stride):
+    """The load's address register comes from an earlier stage of the same block: the
+    host cannot read it from the state, so the message names the register instead, with
+    the interpreter's thread, place and reason."""
+    program = api.compile(PEEK, spec=reduced.spec)
+    (block,) = [  # the case under test: ld [r] in stage 1, r written by stage 0
+        b
+        for b in program.blocks
+        if b.instrs[-1].op.value == "ld" and b.instrs[-1].a in b.instrs[0].writes()
+    ]
+    args = [np.zeros(4, np.uint32), np.zeros(2, np.uint32), np.int32(stride)]
+    with pytest.raises(TrapError) as expected:  # thread 0's address is the bad one
+        api.launch(program, 1, 2, args)
+    with pytest.raises(TrapError) as got:
+        reduced.get("float32").launch(program, 1, 2, args)
+    place, _, fault = str(expected.value).partition(": byte address ")
+    fault = fault.split(" ", 1)[1]
+    assert str(got.value).startswith(f"{place}: the byte address (r{block.instrs[-1].a}, ")
+    assert str(got.value).endswith(fault)
+    assert "thread 0 of CTA 0" in place
 
 
 def _same_layout(compiled) -> None:
