@@ -91,15 +91,14 @@ def run(geometry, spec, names: list[str], dtype: str, suite, prefill: bool) -> d
 def machines(geometry: str) -> tuple:
     """The geometry and its (label, spec) pairs, the one-instruction baseline first."""
     from qwengpu.circuit import QWEN35_0_8B, QWEN35_2B
-    from qwengpu.machine.model import MACHINE_SPEC, REDUCED_SPEC
+    from qwengpu.machine.model import MACHINE_SPEC, REDUCED_SPEC, single_stage
 
     if geometry == "0.8b":
-        one = dataclasses.replace(REDUCED_SPEC, block_size=1, loads_per_block=1, stores_alone=False)
-        return QWEN35_0_8B, [("1 instruction per pass", one), ("2-stage pipeline", REDUCED_SPEC)]
-    one = dataclasses.replace(MACHINE_SPEC, block_size=1, loads_per_block=1, stores_alone=False)
+        one = ("1 instruction per pass", single_stage(REDUCED_SPEC))
+        return QWEN35_0_8B, [one, ("2-stage pipeline", REDUCED_SPEC)]
     two = dataclasses.replace(MACHINE_SPEC, block_size=2, loads_per_block=2)
     return QWEN35_2B, [
-        ("1 instruction per pass", one),
+        ("1 instruction per pass", single_stage(MACHINE_SPEC)),
         ("2-stage pipeline", two),
         ("4-stage pipeline", MACHINE_SPEC),
     ]
