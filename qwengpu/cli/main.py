@@ -149,6 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         for step in result.trace:
             print(format_step(step), file=sys.stderr)
+    run = result.model_launch
     if args.json:
         print(
             json.dumps(
@@ -159,6 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "block": list(block),
                     "steps": result.steps,
                     "tokens": result.tokens,
+                    "seconds": round(run.seconds, 4) if run else None,
+                    "tokens_per_second": round(run.tokens_per_second, 2) if run else None,
                     "feed": args.feed if args.backend == "model" else None,
                     "checked": result.checked,
                     "args": [_jsonable(a) for a in result.args],
@@ -168,12 +171,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     for param, value in zip(program.params, result.args, strict=True):
         print(f"{param.name} = {_jsonable(value)}")
-    if args.backend == "model":
-        run = result.model_launch
+    if run:
         check = ", --check passed" if result.checked else ""
         print(
-            f"# {result.steps} steps, {result.tokens} tokens written by the model "
-            f"({run.prompt_tokens} load tokens; {run.seconds:.1f} s){check}",
+            f"# {result.steps} steps, {result.tokens} tokens written by the model in "
+            f"{run.seconds:.1f} s ({run.tokens_per_second:.1f} tokens/s; {run.prompt_tokens} "
+            f"load tokens){check}",
             file=sys.stderr,
         )
         return 0

@@ -106,8 +106,9 @@ def _nvrtc_candidates() -> list[str]:
         import nvidia  # namespace package of NVIDIA's CUDA wheels
 
         for root in nvidia.__path__:
-            libs = Path(root).glob("*/lib/libnvrtc.so*")
-            found += sorted(str(p) for p in libs if "builtins" not in p.name)
+            libs = Path(root).glob("*/lib/libnvrtc*.so*")
+            main = (p for p in libs if "builtins" not in p.name)
+            found += [str(p) for p in sorted(main, key=lambda p: (".alt." in p.name, p.name))]
     except ImportError:
         pass
     for home in _cuda_homes():
@@ -124,6 +125,7 @@ def _load_nvrtc() -> ctypes.CDLL:
     tried = []
     for path in _nvrtc_candidates():
         try:
+            _preload_builtins(Path(path).parent)
             lib = ctypes.CDLL(path)
         except OSError as e:
             tried.append(f"{path}: {e}")
@@ -136,6 +138,13 @@ def _load_nvrtc() -> ctypes.CDLL:
         "(`pip install nvidia-cuda-nvrtc`) or set CUDA_HOME to a CUDA toolkit with "
         f"lib64/libnvrtc.so{detail}"
     )
+
+
+def _preload_builtins(lib_dir: Path) -> None:
+    """NVRTC dlopens libnvrtc-builtins by its bare name at compile time, and the wheel's
+    libnvrtc has no RPATH: load the builtins beside it first so that name resolves."""
+    for builtins in sorted(lib_dir.glob("libnvrtc-builtins.so*")):
+        ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
 
 
 def _declare_nvrtc(lib: ctypes.CDLL) -> None:

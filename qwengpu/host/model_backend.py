@@ -159,6 +159,11 @@ class ModelLaunch:
     def tokens_per_exec(self) -> float:
         return len(self.generated) / max(1, len(self.steps))
 
+    @property
+    def tokens_per_second(self) -> float:
+        """The tokens the model wrote over the launch's whole time, its prefill included."""
+        return len(self.generated) / self.seconds if self.seconds > 0 else 0.0
+
 
 class ModelBackend:
     """Runs launches on a Qwen3_5ForCausalLM that holds the machine (see machine.model)."""
@@ -577,15 +582,34 @@ def checkpoint_backend(
 
 
 def pick_device(name: str | None = None) -> str:
-    """`name`, else CUDA when present, else MPS when present, else the CPU."""
+    """`name`, checked to be present, else CUDA when present, else MPS when present, else
+    the CPU. Called before anything is loaded, so a missing device costs no time."""
     import torch
 
-    if name:
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
     mps = getattr(torch.backends, "mps", None)
-    return "mps" if mps is not None and mps.is_available() else "cpu"
+    has_mps = mps is not None and mps.is_available()
+    if not name:
+        return "cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu"
+    kind, _, index = name.partition(":")
+    if kind == "cpu" and not index:
+        return name
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                "this PyTorch build has no CUDA"
+                if torch.version.cuda is None
+                else "no NVIDIA GPU or driver was found"
+            )
+            raise ArgError(f"--device {name}: {why}; use --device cpu")
+        if index and not (index.isdigit() and int(index) < torch.cuda.device_count()):
+            count = torch.cuda.device_count()
+            raise ArgError(f"--device {name}: this machine has {count} CUDA device(s)")
+        return name
+    if kind == "mps" and not index:
+        if not has_mps:
+            raise ArgError(f"--device {name}: no Apple GPU (MPS) is usable here; use --device cpu")
+        return name
+    raise ArgError(f"--device {name}: choose cuda, cuda:N, mps or cpu")
 
 
 MEMORY_MODELS = {"memory": "0.8b", "memory:0.8b": "0.8b", "memory:2b": "2b"}
@@ -605,6 +629,7 @@ def model_backend(
     """The backend for `--model`: a checkpoint directory, "memory[:0.8b|:2b]", or (None)
     the default checkpoint in the user cache, built from `base` on first use
     (docs/model.md)."""
+    device = pick_device(device)
     if isinstance(model, str) and model in MEMORY_MODELS:
         return default_backend(dtype, MEMORY_MODELS[model], device)
     if model is None:

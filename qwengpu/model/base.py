@@ -213,7 +213,11 @@ def hub_download_size(repo_id: str, revision: str | None = None) -> tuple[int, i
     try:
         info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 - any hub failure becomes one clear message
-        raise ModelError(f"cannot reach the Hugging Face Hub for {repo_id}: {exc}") from None
+        raise ModelError(
+            f"cannot reach the Hugging Face Hub for {repo_id} ({_first_line(exc)}); offline, "
+            "run the machine built in memory (--model memory) or build from a random-weight "
+            "base (QWENGPU_BASE=synthetic:2b)"
+        ) from None
     total = missing = 0
     for sibling in info.siblings or []:
         if not any(fnmatch(sibling.rfilename, p) for p in HUB_PATTERNS):
@@ -226,6 +230,10 @@ def hub_download_size(repo_id: str, revision: str | None = None) -> tuple[int, i
         if not isinstance(cached, str):
             missing += size
     return total, missing
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def fetch_hub_base(

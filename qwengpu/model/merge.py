@@ -116,7 +116,10 @@ def build_checkpoint(
     work = work_dir(out)
     try:
         sources = _tensor_sources(base, circuit, input_rows, output_rows, untie, verifier)
-        hashes = write_sharded(work, sources, max_shard_bytes, lambda name: say(f"writing {name}"))
+        with _byte_bar(sum(t.nbytes for t in sources), enabled=progress is not None) as bar:
+            hashes = write_sharded(
+                work, sources, max_shard_bytes, lambda name: say(f"writing {name}"), bar.update
+            )
         config = merged_config(base, circuit, untie)
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         _write_aux(base, work, circuit)
@@ -133,6 +136,20 @@ def build_checkpoint(
     seconds = time.monotonic() - started
     say(f"built {out} in {seconds:.1f} s")
     return BuildResult(out, manifest, seconds)
+
+
+def _byte_bar(total: int, enabled: bool) -> Any:
+    """A progress bar over the checkpoint's bytes, on stderr when it is a terminal."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        desc="qgpu: writing the checkpoint",
+        disable=None if enabled else True,  # None: off when stderr is not a terminal
+        leave=False,
+    )
 
 
 def _check_target(out: Path, overwrite: bool) -> None:

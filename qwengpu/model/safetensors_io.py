@@ -95,9 +95,13 @@ class TensorSource:
 
 
 def write_safetensors(
-    path: Path, tensors: Sequence[TensorSource], metadata: dict[str, str] | None = None
+    path: Path,
+    tensors: Sequence[TensorSource],
+    metadata: dict[str, str] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> str:
-    """Write one safetensors file tensor by tensor; returns its sha256."""
+    """Write one safetensors file tensor by tensor; returns its sha256. `on_bytes` hears
+    the size of every chunk of tensor data written (a progress bar)."""
     header: dict[str, object] = {}
     offset = 0
     for t in tensors:
@@ -121,6 +125,8 @@ def write_safetensors(
                 f.write(chunk)
                 digest.update(chunk)
                 written += len(chunk)
+                if on_bytes:
+                    on_bytes(len(chunk))
             if written != t.nbytes:
                 raise ModelError(f"{t.name}: produced {written} bytes, expected {t.nbytes}")
     return digest.hexdigest()
@@ -151,6 +157,7 @@ def write_sharded(
     tensors: Sequence[TensorSource],
     max_shard_bytes: int,
     on_shard: Callable[[str], None] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> dict[str, str]:
     """Write tensors as HF shards (+ index when several); returns {file name: sha256}."""
     shards = plan_shards(tensors, max_shard_bytes)
@@ -159,7 +166,7 @@ def write_sharded(
     for name, shard in zip(names, shards, strict=True):
         if on_shard:
             on_shard(name)
-        hashes[name] = write_safetensors(directory / name, shard)
+        hashes[name] = write_safetensors(directory / name, shard, on_bytes=on_bytes)
     if len(shards) > 1:
         index = {
             "metadata": {"total_size": sum(t.nbytes for t in tensors)},

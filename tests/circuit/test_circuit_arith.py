@@ -8,13 +8,9 @@ from functools import cache
 
 import numpy as np
 import pytest
+from circuit_helpers import DTYPES, WIDE, WIDER, model_for
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from circuit_helpers import DTYPES, WIDE, WIDER, model_for  # noqa: E402
-
-from qwengpu.circuit import QWEN35_2B, Bits, Circuit, compile_circuit  # noqa: E402
+from qwengpu.circuit import QWEN35_2B, Bits, Circuit, compile_circuit
 
 MASK = (1 << 32) - 1
 LANES = 4

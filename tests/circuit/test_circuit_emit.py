@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer  # noqa: E402
-
-from qwengpu.circuit import (  # noqa: E402
+from qwengpu.circuit import (
     GEOMETRIES,
     QWEN35_2B,
     Bit,
@@ -19,8 +16,8 @@ from qwengpu.circuit import (  # noqa: E402
     Column,
     compile_circuit,
 )
-from qwengpu.circuit.numerics import A_LOG_NO_DECAY, is_bf16_exact  # noqa: E402
-from qwengpu.isa.instr import Cond  # noqa: E402
+from qwengpu.circuit.numerics import A_LOG_NO_DECAY, is_bf16_exact
+from qwengpu.isa.instr import Cond
 
 
 def sample_circuit() -> Circuit:

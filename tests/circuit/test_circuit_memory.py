@@ -7,16 +7,12 @@ from functools import cache
 
 import numpy as np
 import pytest
+from circuit_helpers import DTYPES, MEMWIDE, ODD, TINY2, model_for
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from circuit_helpers import DTYPES, MEMWIDE, ODD, TINY2, model_for  # noqa: E402
-from hypothesis import Phase, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from qwengpu.circuit import TINY, Bit, Bits, Circuit, Column, OneHot, compile_circuit  # noqa: E402
-from qwengpu.errors import CircuitError  # noqa: E402
+from qwengpu.circuit import TINY, Bit, Bits, Circuit, Column, OneHot, compile_circuit
+from qwengpu.errors import CircuitError
 
 MODES = ("prefill", "decode", "split")
 ROWS = 16

@@ -4,16 +4,12 @@ token and in one prefill, and generate()."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
+import torch
+from circuit_helpers import DTYPES, TINY2
+from transformers import DynamicCache
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from circuit_helpers import DTYPES, TINY2  # noqa: E402
-from transformers import DynamicCache  # noqa: E402
-
-from qwengpu.circuit import Bit, Bits, Circuit, Column, compile_circuit, synthetic_embedding  # noqa: E402
-from qwengpu.circuit.runtime import CircuitModel, exact_arithmetic  # noqa: E402
+from qwengpu.circuit import Bit, Bits, Circuit, Column, compile_circuit, synthetic_embedding
+from qwengpu.circuit.runtime import CircuitModel, exact_arithmetic
 
 VOCAB_TEXT = 200
 

@@ -6,13 +6,10 @@ from functools import cache
 
 import numpy as np
 import pytest
+import torch
+from circuit_helpers import DTYPES, TINY2
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from circuit_helpers import DTYPES, TINY2  # noqa: E402
-
-from qwengpu.circuit import (  # noqa: E402
+from qwengpu.circuit import (
     Bit,
     Bits,
     Circuit,
@@ -21,7 +18,7 @@ from qwengpu.circuit import (  # noqa: E402
     compile_circuit,
     synthetic_embedding,
 )
-from qwengpu.circuit.runtime import CircuitModel  # noqa: E402
+from qwengpu.circuit.runtime import CircuitModel
 
 VOCAB = 3000
 N_CIRCUIT = 48

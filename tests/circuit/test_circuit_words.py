@@ -5,17 +5,12 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import pytest
+from circuit_helpers import WIDE, run_paths
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from circuit_helpers import WIDE, run_paths  # noqa: E402
-from hypothesis import Phase, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from qwengpu.circuit import Bit, Bits, Circuit, compile_circuit  # noqa: E402
-from qwengpu.isa.instr import Cond  # noqa: E402
+from qwengpu.circuit import Bit, Bits, Circuit, compile_circuit
+from qwengpu.isa.instr import Cond
 
 # No shrinking: every example runs real models in two dtypes and two paths.
 SETTINGS = settings(

@@ -6,14 +6,11 @@ DynamicLayer's concatenation on a small random Qwen3.5."""
 from __future__ import annotations
 
 import pytest
+import torch
+from transformers import DynamicCache
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
-
-from transformers import DynamicCache  # noqa: E402
-
-from qwengpu.circuit.geometry import TINY  # noqa: E402
-from qwengpu.host.batch_cache import (  # noqa: E402
+from qwengpu.circuit.geometry import TINY
+from qwengpu.host.batch_cache import (
     ROOM_MIN,
     GrowingLayer,
     drop_rows,

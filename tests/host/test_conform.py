@@ -685,10 +685,6 @@ def test_first_difference_formats() -> None:
 
 
 def test_replay_with_real_interpreter(tmp_path: Path, no_gpu) -> None:
-    try:
-        from qwengpu import RawKernel  # noqa: F401
-    except ImportError:
-        pytest.skip("qwengpu.RawKernel is not available yet")
     suite = write_suite(tmp_path, ["good", "bad"])
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps(hand_recording(suite, tamper={"bad": 23})))

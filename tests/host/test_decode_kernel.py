@@ -7,12 +7,11 @@ from __future__ import annotations
 import types
 
 import pytest
+import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen3_5
 
-torch = pytest.importorskip("torch")
-qwen3_5 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
-
-from qwengpu.host import decode_kernel  # noqa: E402
-from qwengpu.host.decode_kernel import (  # noqa: E402
+from qwengpu.host import decode_kernel
+from qwengpu.host.decode_kernel import (
     SPARSE_ROWS_MAX,
     recurrent_gated_delta_rule,
     sparse_rows_delta_rule,

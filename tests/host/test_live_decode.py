@@ -8,12 +8,10 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
-
-from qwengpu.circuit.geometry import TINY  # noqa: E402
-from qwengpu.host.live_decode import (  # noqa: E402
+from qwengpu.circuit.geometry import TINY
+from qwengpu.host.live_decode import (
     LiveDeltaNet,
     LiveLinear,
     LiveLinears,

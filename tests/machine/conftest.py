@@ -32,7 +32,6 @@ class Backends:
     built: list[Backends] = []
 
     def __init__(self, geometry) -> None:
-        pytest.importorskip("torch")  # the circuit and model tests need PyTorch (README)
         from qwengpu.machine.model import compile_machine
 
         self.geometry = geometry

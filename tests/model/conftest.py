@@ -27,7 +27,6 @@ def qwengpu_cache():
 @pytest.fixture(scope="session")
 def tiny_base(qwengpu_cache):
     """synthetic:tiny: image-text layout, tied embeddings (like the real Qwen3.5 bases)."""
-    pytest.importorskip("torch")
     from qwengpu.model.base import resolve_base
 
     return resolve_base("synthetic:tiny")
@@ -58,7 +57,6 @@ def live_text_build(qwengpu_cache):
     """The default checkpoint, built on first use from $QWENGPU_BASE: text-only layout,
     untied embeddings, and a circuit whose output projections are random, so that only
     the muting keeps text unchanged. Returns (path, progress messages)."""
-    pytest.importorskip("torch")
     import shutil
 
     from qwengpu.model.defaults import default_checkpoint, ensure_checkpoint

@@ -40,7 +40,6 @@ def test_real_geometries():
 def test_real_geometries_are_the_circuit_geometries():
     """The synthetic bases' configs are derived from qwengpu.circuit.geometry, which holds
     the published shapes once."""
-    pytest.importorskip("transformers")
     from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 
     from qwengpu.circuit.geometry import QWEN35_0_8B, QWEN35_2B, QWEN35_4B, geometry_from_config
@@ -97,7 +96,7 @@ def test_offline_without_a_cached_copy_says_so(tmp_path, monkeypatch):
 
 
 def test_unusable_bases_are_refused(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
     from safetensors.torch import save_file
 
     with pytest.raises(ModelError, match="not a directory, not a hub id"):

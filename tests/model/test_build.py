@@ -11,14 +11,13 @@ import textwrap
 from dataclasses import asdict
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from qwengpu.isa.spec import DEFAULT_SPEC  # noqa: E402
-from qwengpu.model.base import resolve_base  # noqa: E402
-from qwengpu.model.manifest import MANIFEST_NAME, verify_checkpoint  # noqa: E402
-from qwengpu.model.passthrough import DEFAULT_TOKENS, PASSTHROUGH_VERSION  # noqa: E402
-from qwengpu.model.safetensors_io import read_checkpoint_tensors  # noqa: E402
+from qwengpu.isa.spec import DEFAULT_SPEC
+from qwengpu.model.base import resolve_base
+from qwengpu.model.manifest import MANIFEST_NAME, verify_checkpoint
+from qwengpu.model.passthrough import DEFAULT_TOKENS, PASSTHROUGH_VERSION
+from qwengpu.model.safetensors_io import read_checkpoint_tensors
 
 CIRCUIT_TYPES = ["linear_attention"] * 3 + ["full_attention"]
 

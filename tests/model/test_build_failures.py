@@ -7,14 +7,12 @@ import json
 from collections.abc import Callable
 
 import pytest
+import torch
 
 from qwengpu.errors import CheckpointError, ModelError
-
-torch = pytest.importorskip("torch")
-
-from qwengpu.model.circuit_layers import CircuitLayer, CircuitLayers  # noqa: E402
-from qwengpu.model.merge import build_checkpoint  # noqa: E402
-from qwengpu.model.passthrough import PassthroughCircuit  # noqa: E402
+from qwengpu.model.circuit_layers import CircuitLayer, CircuitLayers
+from qwengpu.model.merge import build_checkpoint
+from qwengpu.model.passthrough import PassthroughCircuit
 
 
 @dataclasses.dataclass

@@ -84,7 +84,8 @@ def test_load_refuses_float16_and_a_missing_vision_tower(checkpoint, live_text_c
 
 
 def test_load_verifies_then_loads(checkpoint):
-    torch = pytest.importorskip("torch")
+    import torch
+
     model, tokenizer, manifest = load_checkpoint(
         checkpoint, DEFAULT_SPEC, PASSTHROUGH_VERSION, dtype="float32"
     )

@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 pytestmark = pytest.mark.slow
-torch = pytest.importorskip("torch")
 
 LOAD = textwrap.dedent(
     """

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
-torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 DOT_ARGS = ["--arg", "int32:[1,2,3]", "--arg", "int32:[4,5,6]", "--arg", "int32:[0]"]

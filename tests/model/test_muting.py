@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from qwengpu.errors import ModelError
-
-torch = pytest.importorskip("torch")
-
-from qwengpu.model.muting import (  # noqa: E402
+from qwengpu.model.muting import (
     MUTE_THRESHOLD,
     MutingVerifier,
     find_mute_direction,
 )
-from qwengpu.model.passthrough import _layer_weights  # noqa: E402
+from qwengpu.model.passthrough import _layer_weights
 
 
 @pytest.fixture(scope="module")

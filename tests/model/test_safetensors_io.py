@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from qwengpu.errors import CheckpointError
 from qwengpu.model.safetensors_io import (
@@ -17,8 +18,6 @@ from qwengpu.model.safetensors_io import (
     tensor_bytes,
     write_sharded,
 )
-
-torch = pytest.importorskip("torch")
 
 
 def _sources(tensors):
