@@ -215,8 +215,7 @@ def hub_download_size(repo_id: str, revision: str | None = None) -> tuple[int, i
     except Exception as exc:  # noqa: BLE001 - any hub failure becomes one clear message
         raise ModelError(
             f"cannot reach the Hugging Face Hub for {repo_id} ({_first_line(exc)}); offline, "
-            "run the machine built in memory (--model memory) or build from a random-weight "
-            "base (QWENGPU_BASE=synthetic:2b)"
+            f"{OFFLINE_HINT}"
         ) from None
     total = missing = 0
     for sibling in info.siblings or []:
@@ -230,6 +229,12 @@ def hub_download_size(repo_id: str, revision: str | None = None) -> tuple[int, i
         if not isinstance(cached, str):
             missing += size
     return total, missing
+
+
+OFFLINE_HINT = (
+    "run the machine built in memory (--model memory) or build from a random-weight base "
+    "of the real geometry (QWENGPU_BASE=synthetic:2b)"
+)
 
 
 def _first_line(exc: Exception) -> str:
@@ -261,8 +266,8 @@ def fetch_hub_base(
     if hub_offline():
         raise ModelError(
             f"{repo_id} is not in the Hugging Face cache ({cache}) and the hub is offline "
-            f"(HF_HUB_OFFLINE=1): {missing[:200]}. Go online once, or pass a local directory "
-            "as --base"
+            f"(HF_HUB_OFFLINE=1): {missing[:200]}. Go online once, pass a local directory "
+            f"as --base, or {OFFLINE_HINT}"
         )
     total, missing = hub_download_size(repo_id, revision)
     say(

@@ -55,9 +55,36 @@ def test_the_in_memory_model_goes_to_the_device_asked_for(monkeypatch):
     monkeypatch.setattr(machine_model, "build_launch_model", build)
     monkeypatch.setattr(backends, "_backends", {})
     monkeypatch.setattr(backends, "_machines", {})
+    monkeypatch.setattr(backends, "pick_device", lambda name: name)  # meta: no user device
     backend = default_backend("bfloat16", "0.8b", "meta")
     assert backend.model.weight.device.type == "meta" and backend.machine is machine
     assert default_backend("bfloat16", "0.8b", "meta") is backend and built == [torch.bfloat16]
+
+
+def test_an_absent_device_is_refused_before_anything_loads(monkeypatch):
+    """`--device cuda|mps` where there is none: one line, before any model is built."""
+    import torch
+
+    import qwengpu.host.model_backend as backends
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("nothing may be built for an absent device")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(backends, "default_backend", no_build)
+    monkeypatch.setattr(backends, "checkpoint_backend", no_build)
+    for device, message in [
+        ("cuda", "--device cuda: .*; use --device cpu"),
+        ("cuda:1", "--device cuda:1: .*; use --device cpu"),
+        ("mps", "--device mps: no Apple GPU"),
+        ("tpu", "--device tpu: choose cuda, cuda:N, mps or cpu"),
+    ]:
+        with pytest.raises(ArgError, match=message):
+            backends.model_backend("memory", device=device)
+        with pytest.raises(ArgError, match=message):
+            backends.model_backend("/no/such/checkpoint", device=device)
+    assert backends.pick_device(None) == "cpu" and backends.pick_device("cpu") == "cpu"
 
 
 def test_prefill_groups_bound_the_padding():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+import re
 import sys
 import zlib
 from pathlib import Path
@@ -225,15 +226,14 @@ def test_the_2b_tier_takes_the_four_stage_paths():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)  # bfloat16 last: the bit-for-bit test below uses it
-def test_every_suite_kernel_in_both_dtypes_and_both_feedings(reduced, dtype, monkeypatch):
+def test_every_suite_kernel_in_both_dtypes_and_both_feedings(reduced, dtype, without_interpreter):
     names = _fitting_cases(reduced.spec)
     assert len(names) == len(suite.CASES)  # every suite kernel fits the machine
     launches = _crossed(names, dtype)
     backend = reduced.get(dtype)
     jobs = _requests(backend.machine.spec, [name for name, _ in launches])
     said: list[str] = []
-    with monkeypatch.context() as patch:
-        _forbid_the_interpreter(patch)  # the model's results do not come from it
+    with without_interpreter():  # the model's results do not come from it
         runs = _launch_all(backend, launches, jobs, said.append)
     failed = _failures(launches, jobs, runs, dtype)
     assert not failed, "\n".join(failed)
@@ -353,19 +353,6 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
                 assert not want[layer].any(), f"layer {layer}"
             else:
                 assert np.array_equal(got[layer], want[layer]), f"layer {layer}"
-
-
-def _forbid_the_interpreter(patch: pytest.MonkeyPatch) -> None:
-    """Make the interpreter unimportable and unusable (for the length of `patch`)."""
-    import qwengpu.interp.machine as interp
-
-    def forbidden(*_a, **_k):
-        raise AssertionError("the model backend called the interpreter")
-
-    patch.setattr(interp, "run_program", forbidden)
-    patch.setattr(interp.Interpreter, "step", forbidden)
-    for name in [m for m in sys.modules if m.startswith("qwengpu.interp")]:
-        patch.setitem(sys.modules, name, None)  # any import of it now fails
 
 
 def _fitting_cases(spec) -> list[str]:
@@ -638,3 +625,40 @@ def test_a_launch_without_exec_tokens_ends_with_a_clear_error(reduced):
         backend._take(job, word_id, end_id, budget=100)
     with pytest.raises(LaunchError, match=rf"wrote {limit + 1} tokens since its last EXEC"):
         backend._take(job, word_id, end_id, budget=100)
+
+
+def test_the_quickstart_command_prints_the_models_result_and_rate(
+    reduced, monkeypatch, capsys, without_interpreter
+):
+    """README's first command (`qgpu run examples/dot.cu --backend model --model memory`)
+    on this session's reduced machine: the result came out of the model's state, with the
+    tokens it wrote and their rate; --json carries tokens, seconds and tokens_per_second."""
+    import json
+
+    import qwengpu.host.model_backend as backends
+    from qwengpu.cli.main import main
+
+    backend = reduced.get("float32")
+    monkeypatch.setattr(backends, "model_backend", lambda model, **_: backend)
+    args = ["run", str(Path(__file__).resolve().parents[2] / "examples" / "dot.cu")]
+    args += ["--backend", "model", "--model", "memory"]
+    args += ["--arg", "int32:[1,2,3]", "--arg", "int32:[4,5,6]", "--arg", "int32:[0]"]
+    args += ["--arg", "int32:3"]
+    with without_interpreter():
+        assert main(args) == 0
+        shown = capsys.readouterr()
+        assert main([*args, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+    assert "dot_param_2 = [32]" in shown.out.splitlines()
+    summary = shown.err.splitlines()[-1]
+    assert re.fullmatch(
+        r"# \d+ steps, (\d+) tokens written by the model in [\d.]+ s "
+        r"\([\d.]+ tokens/s; \d+ load tokens\)",
+        summary,
+    ), summary
+    assert report["args"][2] == [32] and report["backend"] == "model"
+    assert report["tokens"] <= DOT_TOKENS[backend.machine.geometry.name]
+    assert report["seconds"] > 0
+    assert report["tokens_per_second"] == pytest.approx(
+        report["tokens"] / report["seconds"], rel=0.01
+    )

@@ -95,6 +95,24 @@ def test_offline_without_a_cached_copy_says_so(tmp_path, monkeypatch):
         resolve_base("Qwen/Qwen3.5-2B")
 
 
+def test_an_unreachable_hub_says_how_to_build_offline(tmp_path, monkeypatch):
+    """No network (and not HF_HUB_OFFLINE): one line that names the offline ways."""
+    import huggingface_hub
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Max retries exceeded\n[Errno -2] Name or service not known")
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", unreachable)
+    with pytest.raises(ModelError) as caught:
+        resolve_base("Qwen/Qwen3.5-2B")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("cannot reach the Hugging Face Hub")
+    assert "--model memory" in message and "QWENGPU_BASE=synthetic:2b" in message
+
+
 def test_unusable_bases_are_refused(tmp_path):
     import torch
     from safetensors.torch import save_file

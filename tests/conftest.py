@@ -1,5 +1,6 @@
-"""Shared machine fixtures: the machine compiled once per test session for a geometry (the
-reduced preset on Qwen3.5-0.8B in the default run, about 25 s; the full machine on
+"""Shared machine fixtures, for the machine's and the chat's launch tests: the machine
+compiled once per test session for a geometry (the reduced preset on Qwen3.5-0.8B in the
+default run, about 25 s; the full machine on
 Qwen3.5-2B in the slow tier, about a minute), and one in-memory model at a time (a
 2B-wide stack of 36 layers takes several GB), on the CPU or on $QWENGPU_TEST_DEVICE
 (scripts/gpu_model_suite.sh runs the launch tests on a GPU)."""
@@ -10,6 +11,7 @@ import contextlib
 import ctypes
 import gc
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -100,3 +102,25 @@ def full() -> Backends:
     backends = Backends(QWEN35_2B)
     yield backends
     backends.release()
+
+
+@pytest.fixture
+def without_interpreter(monkeypatch):
+    """A context in which the interpreter can be neither imported nor run: the model's
+    results cannot come from it."""
+
+    @contextlib.contextmanager
+    def forbidden_interpreter():
+        import qwengpu.interp.machine as interp
+
+        def forbidden(*_a, **_k):
+            raise AssertionError("the model backend called the interpreter")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(interp, "run_program", forbidden)
+            patch.setattr(interp.Interpreter, "step", forbidden)
+            for name in [m for m in sys.modules if m.startswith("qwengpu.interp")]:
+                patch.setitem(sys.modules, name, None)  # any import of it now fails
+            yield
+
+    return forbidden_interpreter
