@@ -10,6 +10,7 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
+    "Calculator": "qwengpu.chat.calc",
     "RawKernel": "qwengpu.api",
     "LaunchResult": "qwengpu.api",
     "compile": "qwengpu.api",

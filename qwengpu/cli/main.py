@@ -184,6 +184,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calc(args: argparse.Namespace) -> int:
+    from qwengpu.chat.calc import Calculator
+    from qwengpu.chat.expr import parse
+
+    parse(args.expression)  # a bad expression fails before any model is loaded
+    calculator = Calculator(
+        args.backend,
+        model=args.model,
+        dtype=args.dtype,
+        base=args.base,
+        device=args.device,
+        check=args.check,
+        prefill=args.feed == "prefill",
+        max_steps=args.max_steps,
+        progress=_say,
+    )
+    result = calculator.evaluate(args.expression)
+    if args.json:
+        print(json.dumps({**result.as_dict(), "backend": args.backend, "checked": args.check}))
+        return 0
+    print(result.value)
+    if args.backend == "model":
+        check = ", --check passed" if args.check else ""
+        print(
+            f"# {len(result.launches)} launches, {result.tokens} tokens written by the model in "
+            f"{result.seconds:.1f} s ({result.tokens_per_second:.1f} tokens/s){check}",
+            file=sys.stderr,
+        )
+    else:
+        steps = sum(launch.steps for launch in result.launches)
+        print(
+            f"# {len(result.launches)} launches, {steps} steps on the interpreter", file=sys.stderr
+        )
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from qwengpu.circuit import GEOMETRIES
     from qwengpu.machine.model import layer_map, machine_layout
@@ -202,6 +238,33 @@ def cmd_conform(args: argparse.Namespace) -> int:
     from qwengpu.host.conform import conform_cli
 
     return conform_cli(args)
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        help="model backend: a checkpoint from `qgpu build`, or 'memory' / 'memory:2b' (the "
+        "machine on the 0.8B / 2B geometry and 4 random base layers, built in memory); "
+        "default: the cached default checkpoint, built from --base on first use",
+    )
+    p.add_argument(
+        "--base",
+        help="the base of the default checkpoint (default: $QWENGPU_BASE or Qwen/Qwen3.5-2B)",
+    )
+    p.add_argument(
+        "--dtype", default="float32", choices=("float32", "bfloat16"), help="model backend dtype"
+    )
+    p.add_argument("--device", help="model backend device (default: cuda, else mps, else cpu)")
+    p.add_argument(
+        "--feed",
+        default="prefill",
+        choices=("prefill", "tokens"),
+        help="model backend: the load tokens in one prefill (the chunked DeltaNet path, "
+        "default) or one per forward (the recurrent path)",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="replay the model's launch against the interpreter"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,35 +304,25 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("interp", "model"),
         help="interp (the reference interpreter, default) or model (the model writes the launch)",
     )
-    p.add_argument(
-        "--model",
-        help="model backend: a checkpoint from `qgpu build`, or 'memory' / 'memory:2b' (the "
-        "machine on the 0.8B / 2B geometry and 4 random base layers, built in memory); "
-        "default: the cached default checkpoint, built from --base on first use",
-    )
-    p.add_argument(
-        "--base",
-        help="the base of the default checkpoint (default: $QWENGPU_BASE or Qwen/Qwen3.5-2B)",
-    )
-    p.add_argument(
-        "--dtype", default="float32", choices=("float32", "bfloat16"), help="model backend dtype"
-    )
-    p.add_argument("--device", help="model backend device (default: cuda, else mps, else cpu)")
-    p.add_argument(
-        "--feed",
-        default="prefill",
-        choices=("prefill", "tokens"),
-        help="model backend: the load tokens in one prefill (the chunked DeltaNet path, "
-        "default) or one per forward (the recurrent path)",
-    )
-    p.add_argument(
-        "--check", action="store_true", help="replay the model's launch against the interpreter"
-    )
+    _add_model_arguments(p)
     p.add_argument("--max-steps", type=int, default=None, help="step budget (blocks)")
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", action="store_true", help="print every step to stderr")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("calc", help="evaluate an integer expression on the model's GPU")
+    p.add_argument("expression", help="numpy notation, e.g. '[1,2,3] @ [4,5,6]' (docs/chat.md)")
+    p.add_argument(
+        "--backend",
+        default="model",
+        choices=("model", "interp"),
+        help="model (the model runs every launch, default) or interp (the interpreter)",
+    )
+    _add_model_arguments(p)
+    p.add_argument("--max-steps", type=int, default=None, help="each launch's step budget")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_calc)
 
     from qwengpu.model.cli import add_build_arguments, add_drift_arguments, build_cli, drift_cli
 
