@@ -11,6 +11,7 @@ from typing import Any
 
 _EXPORTS = {
     "Calculator": "qwengpu.chat.calc",
+    "Chat": "qwengpu.chat.session",
     "RawKernel": "qwengpu.api",
     "LaunchResult": "qwengpu.api",
     "compile": "qwengpu.api",

@@ -324,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_calc)
 
+    from qwengpu.cli.chat import add_chat_arguments, chat_cli
+
+    p = sub.add_parser("chat", help="talk with Qwen, which computes on its own GPU")
+    add_chat_arguments(p)
+    p.set_defaults(func=chat_cli)
+
     from qwengpu.model.cli import add_build_arguments, add_drift_arguments, build_cli, drift_cli
 
     p = sub.add_parser("build", help="merge the compiled circuit into a Qwen3.5 checkpoint")

