@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The model backend on a GPU, in one go: the launch tests of tests/machine (the default
+# The model backend on a GPU, in one go: the launch tests of tests/machine and the
+# calculator's kernels on the model (tests/chat/test_calc_model.py) (the default
 # tier and the slow one: the whole kernel suite through the reduced machine in both dtypes,
 # in one prefill and token by token, the full machine on the 2B geometry), with every
 # in-memory model on $QWENGPU_TEST_DEVICE (default cuda). Every launch is replayed with
@@ -27,6 +28,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || 
 transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "")' \
   || exit 2
 dest=${OUT:-/tmp}
-"$PY" -m pytest -p no:cacheprovider -m 'not gpu' tests/machine --durations=20 \
+"$PY" -m pytest -p no:cacheprovider -m 'not gpu' tests/machine tests/chat/test_calc_model.py --durations=20 \
   --junitxml="$dest/gpu_model_suite.xml" "$@" 2>&1 | tee "$dest/gpu_model_suite.log"
 exit "${PIPESTATUS[0]}"

@@ -9,9 +9,9 @@
 //
 // A result int32 cannot hold, or an operation Python refuses, sets a bit in a thread's
 // `bad` word; the kernel ORs the bits into err[0] once, and the host turns them into the
-// error message. Sums and products of sums are exact on the way:
-// they accumulate in two words (a 64-bit two's complement value), so only the final value
-// must fit in int32, as with Python's integers.
+// error message. Sums and sums of products are exact on the way: they accumulate in two
+// words (a 64-bit two's complement value), so only the final value must fit in int32, as
+// with Python's integers.
 
 #define ERR_OVERFLOW 1
 #define ERR_ZERO_DIVISION 2
@@ -41,19 +41,20 @@ __device__ __forceinline__ void acc_add(unsigned& lo, int& hi, int x)
     lo = s;
 }
 
+// both in int16: their product fits in 31 bits
+__device__ __forceinline__ bool both_short(int x, int y)
+{
+    return ((unsigned)(x + 32768) | (unsigned)(y + 32768)) < 65536u;
+}
+
 // x * y in full: 16-bit halves, so that no partial product leaves int32 (the machine has no
 // high multiply; the lowering's expansion of one needs more registers than these kernels
 // have). The accumulator's high word is checked: a sum past 2**63 is an overflow too.
-__device__ __forceinline__ bool both_short(int x, int y)
-{
-    return ((unsigned)(x + 32768) | (unsigned)(y + 32768)) < 65536u;  // both in int16
-}
-
 __device__ __forceinline__ void acc_add_product(unsigned& lo, int& hi, int x, int y, int& bad)
 {
     int xh = x >> 16, yh = y >> 16;
     int xl = x & 0xffff, yl = y & 0xffff;
-    unsigned s = lo + (unsigned)(xl * yl);  // both below 2**16: the product fits unsigned
+    unsigned s = lo + (unsigned)xl * (unsigned)yl;  // below 2**32: fits unsigned
     hi = add_checked(hi, s < lo ? 1 : 0, bad);
     lo = s;
     int cross[2] = {xh * yl, xl * yh};  // each within int32
@@ -300,27 +301,21 @@ extern "C" __global__ void calc_sum(const int* a, int n, int* out, int* err)
     if (bad) atomicOr(err, bad);
 }
 
-extern "C" __global__ void calc_max(const int* a, int n, int* out)
-{
-    int best = a[0];
-    #pragma unroll 1
-    for (int i = threadIdx.x; i < n; i += blockDim.x) best = max(best, a[i]);
-    #pragma unroll 1
-    for (int offset = blockDim.x / 2; offset > 0; offset /= 2)
-        best = max(best, __shfl_down_sync(0xffffffffu, best, offset));
-    if (threadIdx.x == 0) out[0] = best;
-}
+// the largest or smallest element: each lane's, then the warp's by shuffles
+#define EXTREMUM(name, pick)                                                             \
+    extern "C" __global__ void name(const int* a, int n, int* out)                     \
+    {                                                                                  \
+        int best = a[0];                                                               \
+        _Pragma("unroll 1")                                                            \
+        for (int i = threadIdx.x; i < n; i += blockDim.x) best = pick(best, a[i]);     \
+        _Pragma("unroll 1")                                                            \
+        for (int offset = blockDim.x / 2; offset > 0; offset /= 2)                     \
+            best = pick(best, __shfl_down_sync(0xffffffffu, best, offset));            \
+        if (threadIdx.x == 0) out[0] = best;                                           \
+    }
 
-extern "C" __global__ void calc_min(const int* a, int n, int* out)
-{
-    int best = a[0];
-    #pragma unroll 1
-    for (int i = threadIdx.x; i < n; i += blockDim.x) best = min(best, a[i]);
-    #pragma unroll 1
-    for (int offset = blockDim.x / 2; offset > 0; offset /= 2)
-        best = min(best, __shfl_down_sync(0xffffffffu, best, offset));
-    if (threadIdx.x == 0) out[0] = best;
-}
+EXTREMUM(calc_max, max)
+EXTREMUM(calc_min, min)
 
 // ------------------------------------------------------------------ rearrangements
 

@@ -39,7 +39,38 @@ def add_chat_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256, help="per assistant round")
 
 
-def chat_cli(args: argparse.Namespace) -> int:
+def add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    add_chat_arguments(p)
+    p.add_argument(
+        "--set",
+        default="all",
+        choices=("all", "normal", "no_tool", "advanced"),
+        help="which questions (default: all 33)",
+    )
+    p.add_argument("--limit", type=int, help="the first N questions of the set")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def eval_cli(args: argparse.Namespace) -> int:
+    from qwengpu.chat.evaluate import as_json, load_questions, report, score
+
+    if args.limit is not None and args.limit < 1:
+        raise ArgError(f"--limit {args.limit}: must be at least 1")
+    kinds = ("normal", "no_tool", "advanced") if args.set == "all" else (args.set,)
+    questions = load_questions(kinds)[: args.limit]
+    chat = _open_chat(args, _View(trace=False), quiet=True)
+    scores = []
+    for i, item in enumerate(questions, 1):
+        print(f"qgpu: question {i} of {len(questions)}", file=sys.stderr, flush=True)
+        scores.append(score(chat, item))
+    if args.json:
+        print(json.dumps({"scores": as_json(scores)}))
+    else:
+        print(report(scores))
+    return 0
+
+
+def _open_chat(args: argparse.Namespace, view: _View, quiet: bool = False) -> Any:
     from qwengpu.chat.session import Chat
 
     if args.max_new_tokens < 1:
@@ -49,23 +80,27 @@ def chat_cli(args: argparse.Namespace) -> int:
             "--model memory has no tokenizer for text; build a checkpoint with `qgpu build` "
             "(offline: --base synthetic:0.8b) and pass --model DIR"
         )
-    view = _View(trace=args.trace)
     model: Any = args.model
     if model is None:
         from qwengpu.host.model_backend import model_backend
 
         model = model_backend(None, dtype=args.dtype, base=args.base, device=args.device)
-    chat = Chat(
+    return Chat(
         model,
         mode=args.mode,
         dtype=args.dtype,
         device=args.device,
         check=args.check,
         max_new_tokens=args.max_new_tokens,
-        on_text=view.text,
-        on_launch=view.launch,
+        on_text=None if quiet else view.text,
+        on_launch=None if quiet else view.launch,
         progress=view.say,
     )
+
+
+def chat_cli(args: argparse.Namespace) -> int:
+    view = _View(trace=args.trace)
+    chat = _open_chat(args, view)
     if args.prompt is not None:
         view.turn(chat, args.prompt)
         return 0

@@ -66,6 +66,16 @@ def _dim3(text: str, what: str) -> tuple[int, ...]:
     return dims
 
 
+def _step_budget(text: str) -> int:
+    try:
+        steps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if steps < 1:
+        raise argparse.ArgumentTypeError(f"{steps}: a launch needs at least 1 step")
+    return steps
+
+
 def _read_source(path: str) -> str:
     try:
         return Path(path).read_text()
@@ -305,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="interp (the reference interpreter, default) or model (the model writes the launch)",
     )
     _add_model_arguments(p)
-    p.add_argument("--max-steps", type=int, default=None, help="step budget (blocks)")
+    p.add_argument("--max-steps", type=_step_budget, default=None, help="step budget (blocks)")
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", action="store_true", help="print every step to stderr")
@@ -320,15 +330,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="model (the model runs every launch, default) or interp (the interpreter)",
     )
     _add_model_arguments(p)
-    p.add_argument("--max-steps", type=int, default=None, help="each launch's step budget")
+    p.add_argument("--max-steps", type=_step_budget, help="each launch's step budget")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_calc)
 
-    from qwengpu.cli.chat import add_chat_arguments, chat_cli
+    from qwengpu.cli.chat import add_chat_arguments, add_eval_arguments, chat_cli, eval_cli
 
     p = sub.add_parser("chat", help="talk with Qwen, which computes on its own GPU")
     add_chat_arguments(p)
     p.set_defaults(func=chat_cli)
+
+    p = sub.add_parser("eval-chat", help="score the chat on the shipped question set")
+    add_eval_arguments(p)
+    p.set_defaults(func=eval_cli)
 
     from qwengpu.model.cli import add_build_arguments, add_drift_arguments, build_cli, drift_cli
 

@@ -229,3 +229,29 @@ def test_commands_and_modes(reduced, tmp_path, capsys):
     assert view.command(chat, "!help") and not view.command(chat, "!exit")
     err = capsys.readouterr().err
     assert "mode sideways: choose normal or advanced" in err and "saved 1 messages" in err
+
+
+def test_eval_chat_scores_what_the_model_did(reduced):
+    """The evaluation's scorer on real runs: a teacher-forced turn that calls the tool and
+    repeats the value passes; the random text model's own turn is scored as it is."""
+    from qwengpu.chat.evaluate import load_questions, report, score
+
+    questions = load_questions()
+    assert [q["kind"] for q in questions].count("normal") == 24
+    assert {q["kind"] for q in questions} == {"normal", "no_tool", "advanced"}
+    dot = questions[0]
+    chat = _chat(reduced)
+    send = chat.send
+    script = [_call("gpu_eval", expression="[1, 2, 3] @ [4, 5, 6]"), "The dot product is 32."]
+    chat.send = lambda text: send(text, assistant=script)
+    forced = score(chat, dot)
+    assert forced.passed and forced.launches == 1 and forced.tokens > 0
+    chat.send = send
+    generated = score(chat, dot)  # random weights: whatever it wrote, scored as it is
+    calls = [m for m in chat.messages if m.get("tool_calls")]
+    assert generated.called == bool(calls)
+    if not calls:
+        assert generated.answer == chat.messages[-1]["content"] and not generated.passed
+    text = report([forced, generated])
+    assert text.splitlines()[0].startswith("PASS ++++ [normal]")
+    assert f"normal: {1 + generated.passed} of 2 passed" in text

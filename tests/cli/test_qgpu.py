@@ -197,3 +197,12 @@ def test_inspect_prints_the_reduced_machine_layer_map(capsys: pytest.CaptureFixt
 def test_inspect_refuses_an_unknown_geometry(capsys: pytest.CaptureFixture[str]) -> None:
     err = expect_error(capsys, "inspect", "--geometry", "7b")
     assert "--geometry 7b" in err and "0.8b" in err
+
+
+@pytest.mark.parametrize("steps", ["0", "-3", "many"])
+def test_a_step_budget_below_one_is_refused(capsys: pytest.CaptureFixture[str], steps: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "examples/dot.cu", "--max-steps", steps])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("qgpu run: error: argument --max-steps: ") and "Traceback" not in err

@@ -120,3 +120,23 @@ def test_plain_generation_writes_text(machine_checkpoint):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     circuit_ids = set(manifest["circuit"]["tokens"].values())
     assert len(result["ids"]) > 4 and not circuit_ids & set(result["ids"])
+
+
+def test_calc_and_chat_on_the_built_checkpoint(machine_checkpoint):
+    """`qgpu calc ... --model DIR --check` prints the model's 32; `qgpu chat --prompt`
+    completes a turn with the checkpoint's own tokenizer and template (random weights: the
+    text is whatever they write); `qgpu eval-chat` runs end to end and reports a score."""
+    geometry, path, _ = machine_checkpoint
+    if geometry == "2b" and _memory_gib() < FLOAT32_2B_GIB:
+        pytest.skip(f"the 2B checkpoint in float32 takes about {FLOAT32_2B_GIB} GiB")
+    done = _qgpu("calc", "[1,2,3] @ [4,5,6]", "--model", str(path), "--check", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["value"] == 32 and result["checked"] and result["tokens"] > 0
+    done = _qgpu("chat", "--model", str(path), "--prompt", "What is 6 times 7?",
+                 "--max-new-tokens", "8")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = _qgpu("eval-chat", "--model", str(path), "--set", "normal", "--limit", "2",
+                 "--max-new-tokens", "8")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "normal: " in done.stdout and " of 2 passed" in done.stdout
