@@ -359,34 +359,29 @@ extern "C" __global__ void calc_cumsum(const int* a, int* out, int n, int* err)
 
 // out[m x p] = a[m x k] @ b[k x p]: one CTA per row of out, one thread per column; the host
 // passes b transposed (bt, p x k), so that both operands are read along rows
-extern "C" __global__ void calc_matmul(const int* a, const int* bt, int* out, int k, int* err)
+#define MATMUL(name, accumulate)                                                         \
+    extern "C" __global__ void name(const int* a, const int* bt, int* out, int k, int* err) \
+    {                                                                                  \
+        const int* x = a + blockIdx.x * k;                                             \
+        const int* y = bt + threadIdx.x * k;                                           \
+        int bad = 0;                                                                   \
+        unsigned lo = 0u;                                                              \
+        int hi = 0;                                                                    \
+        _Pragma("unroll 1")                                                            \
+        for (int left = k; left > 0; left--, x++, y++) accumulate(lo, hi, *x, *y, bad); \
+        out[blockIdx.x * blockDim.x + threadIdx.x] = acc_value(lo, hi, bad);           \
+        if (bad) atomicOr(err, bad);                                                   \
+    }
+
+// operands that all fit in int16 (the host checks): each product fits in 31 bits, so only
+// the sum needs two words
+__device__ __forceinline__ void acc_add_short_product(unsigned& lo, int& hi, int x, int y, int&)
 {
-    const int* x = a + blockIdx.x * k;
-    const int* y = bt + threadIdx.x * k;
-    int bad = 0;
-    unsigned lo = 0u;
-    int hi = 0;
-    #pragma unroll 1
-    for (int left = k; left > 0; left--, x++, y++) acc_add_product(lo, hi, *x, *y, bad);
-    out[blockIdx.x * blockDim.x + threadIdx.x] = acc_value(lo, hi, bad);
-    if (bad) atomicOr(err, bad);
+    acc_add(lo, hi, x * y);
 }
 
-// the same for operands that all fit in int16 (the host checks): each product fits in
-// 31 bits, so only the sum needs two words
-extern "C" __global__ void calc_matmul_short(const int* a, const int* bt, int* out, int k,
-                                             int* err)
-{
-    const int* x = a + blockIdx.x * k;
-    const int* y = bt + threadIdx.x * k;
-    int bad = 0;
-    unsigned lo = 0u;
-    int hi = 0;
-    #pragma unroll 1
-    for (int left = k; left > 0; left--, x++, y++) acc_add(lo, hi, *x * *y);
-    out[blockIdx.x * blockDim.x + threadIdx.x] = acc_value(lo, hi, bad);
-    if (bad) atomicOr(err, bad);
-}
+MATMUL(calc_matmul, acc_add_product)
+MATMUL(calc_matmul_short, acc_add_short_product)
 
 // ------------------------------------------------------------------------- primes
 
