@@ -106,7 +106,6 @@ class Calculator:
         self.check = check
         self.prefill = prefill
         self.max_steps = max_steps  # each launch's step budget (default: the machine's)
-        self.progress = progress
         self._spec = spec  # the interpreter's machine (default: the model's default machine)
         self._model: Any = None
         if backend == "model":
@@ -149,7 +148,8 @@ class Calculator:
                 pending.append(op)
         while pending:
             ready = [op for op in pending if all(_known(arg, values) for arg in op.args)]
-            pending = [op for op in pending if id(op) not in {id(r) for r in ready}]
+            launched = {id(op) for op in ready}
+            pending = [op for op in pending if id(op) not in launched]
             operands = [[_value(arg, values) for arg in op.args] for op in ready]
             launches = [
                 plan(op.name, op.text, args, self.spec)

@@ -87,10 +87,10 @@ class Chat:
                 "the chat needs a checkpoint's tokenizer: build one with `qgpu build` "
                 "(offline: --base synthetic:0.8b) and pass --model DIR"
             )
-        # text generation never picks a circuit token (nor a row no token has)
-        self.text_rows = min(len(self.tokenizer), backend.offset)
-        if text_model is not None:
-            self.text_rows = len(self.tokenizer)
+        # text generation never picks a circuit token (nor a row no token has); a text
+        # model of the caller's holds no circuit rows
+        rows = len(self.tokenizer)
+        self.text_rows = rows if text_model is not None else min(rows, backend.offset)
         self.mode = mode
         self.max_new_tokens = max_new_tokens
         self.on_text = on_text or (lambda _: None)

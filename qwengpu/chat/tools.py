@@ -113,12 +113,11 @@ def _run_cuda(arguments: dict[str, str], calculator: Calculator) -> ToolResult:
     import numpy as np
 
     from qwengpu.api import compile as compile_kernel
-    from qwengpu.cli.main import parse_arg_spec
-    from qwengpu.host.launch import dim3
+    from qwengpu.host.argspec import parse_arg_spec, parse_dim3
 
     source = _argument(arguments, "source")
-    grid = dim3(_dims(_argument(arguments, "grid"), "grid"), "grid")
-    block = dim3(_dims(_argument(arguments, "block"), "block"), "block")
+    grid = parse_dim3(_argument(arguments, "grid"), "grid")
+    block = parse_dim3(_argument(arguments, "block"), "block")
     specs = _arg_specs(_argument(arguments, "args"))
     args = [parse_arg_spec(spec, i) for i, spec in enumerate(specs)]
     program = compile_kernel(source, spec=calculator.spec, filename="qwen.cu")
@@ -131,13 +130,6 @@ def _run_cuda(arguments: dict[str, str], calculator: Calculator) -> ToolResult:
     arrays = [(p.name, a) for p, a in zip(program.params, args, strict=True)]
     shown = {name: a.tolist() for name, a in arrays if isinstance(a, np.ndarray)}
     return ToolResult(json.dumps(shown), True, [record], list(shown.values()))
-
-
-def _dims(text: str, what: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ToolError(f"{what} '{text}': expected N or X,Y,Z") from None
 
 
 def _arg_specs(text: str) -> list[str]:

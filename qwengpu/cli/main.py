@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,58 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from qwengpu.errors import ArgError, QgpuError
-
-ARG_DTYPES = {
-    "int8": np.int8,
-    "uint8": np.uint8,
-    "int16": np.int16,
-    "uint16": np.uint16,
-    "int32": np.int32,
-    "uint32": np.uint32,
-}
-ARG_SPEC = re.compile(r"^(?P<dtype>[a-z0-9]+):(?P<value>.*)$", re.S)
-
-
-def parse_arg_spec(spec: str, position: int) -> object:
-    """`int32:[1,2,3]` -> numpy array; `uint32:7` -> numpy scalar."""
-    where = f"--arg #{position + 1} '{spec}'"
-    match = ARG_SPEC.match(spec.strip())
-    if not match:
-        raise ArgError(f"{where}: expected TYPE:VALUE, e.g. int32:[1,2,3] or uint32:7")
-    name, text = match["dtype"], match["value"].strip()
-    if name not in ARG_DTYPES:
-        raise ArgError(f"{where}: unknown type '{name}' (use {', '.join(ARG_DTYPES)})")
-    dtype = np.dtype(ARG_DTYPES[name])
-    info = np.iinfo(dtype)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise ArgError(
-            f"{where}: '{text}' is neither an integer nor a [list] of integers"
-        ) from None
-    items = value if isinstance(value, list) else [value]
-    if not items and isinstance(value, list):
-        raise ArgError(f"{where}: an array argument needs at least one element")
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise ArgError(f"{where}: {item!r} is not an integer")
-        if not info.min <= item <= info.max:
-            raise ArgError(f"{where}: {item} is out of range for {name} ({info.min}..{info.max})")
-    if isinstance(value, list):
-        return np.array(value, dtype=dtype)
-    if dtype.itemsize != 4:
-        raise ArgError(f"{where}: scalar arguments are int32 or uint32")
-    return dtype.type(value)
-
-
-def _dim3(text: str, what: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ArgError(f"--{what} '{text}': expected N or X,Y,Z") from None
-    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
-        raise ArgError(f"--{what} '{text}': expected 1 to 3 positive integers")
-    return dims
+from qwengpu.host.argspec import parse_arg_spec, parse_dim3
 
 
 def _step_budget(text: str) -> int:
@@ -113,11 +61,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from qwengpu.api import launch, lower_ptx
     from qwengpu.cuda import compile_cuda
-    from qwengpu.host.launch import dim3
 
     launch_args = [parse_arg_spec(spec, i) for i, spec in enumerate(args.arg or [])]
-    grid = dim3(_dim3(args.grid, "grid"), "grid")
-    block = dim3(_dim3(args.block, "block"), "block")
+    grid = parse_dim3(args.grid, "--grid")
+    block = parse_dim3(args.block, "--block")
     source = _read_source(args.file)
     compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
     if args.backend == "model":
