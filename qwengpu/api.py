@@ -79,6 +79,7 @@ def launch(
     model: Any = None,
     progress: Any = None,
     prefill: bool = True,
+    full_forward: bool | None = None,
 ) -> LaunchResult:
     """Run one launch; arrays in `args` are updated in place with their final contents.
 
@@ -86,13 +87,16 @@ def launch(
     checkpoint directory from `qgpu build`, "memory" (the machine and random base layers
     built in memory) or None (the default checkpoint, built on first use); `dtype` is its
     float32 or bfloat16; `prefill` feeds the load tokens in one forward (the chunked
-    DeltaNet path), False one per forward (the recurrent path). `check` replays the launch
-    against the interpreter."""
+    DeltaNet path), False one per forward (the recurrent path); `full_forward` True runs
+    every layer of the model, False stops after the circuit's (early exit, exact where the
+    checkpoint's bound holds: docs/protocol.md), None the backend's default (early exit
+    where proven). `check` replays the launch against the interpreter."""
     if backend not in BACKENDS:
         raise ArgError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
     if backend == "model":
+        feeding = {"prefill": prefill, "full_forward": full_forward}
         return _launch_on_model(
-            program, grid, block, args, max_steps, check, dtype, model, progress, prefill
+            program, grid, block, args, max_steps, check, dtype, model, progress, feeding
         )
     from qwengpu.interp.machine import LaunchGeometry, run_program
 
@@ -110,12 +114,12 @@ def launch(
     return LaunchResult(list(args), state.steps, state.trace, state.memory)
 
 
-def _launch_on_model(program, grid, block, args, max_steps, check, dtype, model, progress, prefill):
+def _launch_on_model(program, grid, block, args, max_steps, check, dtype, model, progress, feeding):
     from qwengpu.host.model_backend import ModelBackend, model_backend
 
     backend = model if isinstance(model, ModelBackend) else model_backend(model, dtype=dtype)
     run = backend.launch(
-        program, grid, block, args, max_steps=max_steps, prefill=prefill, progress=progress
+        program, grid, block, args, max_steps=max_steps, progress=progress, **feeding
     )
     checked = False
     if check:

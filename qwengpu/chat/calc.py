@@ -99,12 +99,14 @@ class Calculator:
         max_steps: int | None = None,
         spec: MachineSpec | None = None,
         progress: Callable[[str], None] | None = None,
+        full_forward: bool | None = None,
     ) -> None:
         if backend not in ("model", "interp"):
             raise CalcError(f"unknown backend '{backend}'; available: model, interp")
         self.backend = backend
         self.check = check
         self.prefill = prefill
+        self.full_forward = full_forward  # every layer, or early exit (None: the model's default)
         self.max_steps = max_steps  # each launch's step budget (default: the machine's)
         self._spec = spec  # the interpreter's machine (default: the model's default machine)
         self._model: Any = None
@@ -199,7 +201,12 @@ class Calculator:
                 LaunchRequest(p, x.grid, x.block, x.args)
                 for p, x in zip(programs, launches, strict=True)
             ]
-            runs = self._model.launch_many(requests, prefill=self.prefill, max_steps=self.max_steps)
+            runs = self._model.launch_many(
+                requests,
+                prefill=self.prefill,
+                max_steps=self.max_steps,
+                full_forward=self.full_forward,
+            )
         except QgpuError as exc:
             raise CalcError(f"{_kernels(launches)}: {exc}") from None
         seconds = time.perf_counter() - started

@@ -69,6 +69,7 @@ class Chat:
         dtype: str = "float32",
         device: str | None = None,
         check: bool = False,
+        full_forward: bool | None = None,
         max_new_tokens: int = 256,
         on_text: Callable[[str], None] | None = None,
         on_launch: Callable[[LaunchRecord], None] | None = None,
@@ -77,7 +78,12 @@ class Chat:
         if mode not in MODES:
             raise ArgError(f"--mode {mode}: choose normal or advanced")
         self.calculator = Calculator(
-            model=model, dtype=dtype, device=device, check=check, progress=progress
+            model=model,
+            dtype=dtype,
+            device=device,
+            check=check,
+            progress=progress,
+            full_forward=full_forward,
         )
         backend = self.calculator.backend_model
         self.model = text_model if text_model is not None else backend.model

@@ -34,6 +34,11 @@ def add_chat_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", help="answer this one message and exit")
     p.add_argument("--check", action="store_true", help="replay every launch on the interpreter")
     p.add_argument("--trace", action="store_true", help="show every launch's details")
+    p.add_argument(
+        "--full-forward",
+        action="store_true",
+        help="run launches through every layer (default: stop after the circuit's layers)",
+    )
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--device", help="cuda, mps or cpu (default: the first present)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="per assistant round")
@@ -91,6 +96,7 @@ def _open_chat(args: argparse.Namespace, view: _View, quiet: bool = False) -> An
         dtype=args.dtype,
         device=args.device,
         check=args.check,
+        full_forward=args.full_forward or None,
         max_new_tokens=args.max_new_tokens,
         on_text=None if quiet else view.text,
         on_launch=None if quiet else view.launch,

@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 model=backend,
                 progress=stderr_progress,
                 prefill=args.feed == "prefill",
+                full_forward=args.full_forward or None,
             )
         finally:
             end_progress()  # an error message starts on its own line
@@ -120,6 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "seconds": round(run.seconds, 4) if run else None,
                     "tokens_per_second": round(run.tokens_per_second, 2) if run else None,
                     "feed": args.feed if args.backend == "model" else None,
+                    "forward": run.forward if run else None,
                     "checked": result.checked,
                     "args": [_jsonable(a) for a in result.args],
                 }
@@ -133,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"# {result.steps} steps, {result.tokens} tokens written by the model in "
             f"{run.seconds:.1f} s ({run.tokens_per_second:.1f} tokens/s; {run.prompt_tokens} "
-            f"load tokens){check}",
+            f"load tokens; {run.forward}){check}",
             file=sys.stderr,
         )
         return 0
@@ -156,6 +158,7 @@ def cmd_calc(args: argparse.Namespace) -> int:
         prefill=args.feed == "prefill",
         max_steps=args.max_steps,
         progress=_say,
+        full_forward=args.full_forward or None,
     )
     result = calculator.evaluate(args.expression)
     if args.json:
@@ -221,6 +224,12 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--check", action="store_true", help="replay the model's launch against the interpreter"
+    )
+    p.add_argument(
+        "--full-forward",
+        action="store_true",
+        help="model backend: run every layer and the whole LM head (default: stop after the "
+        "circuit's layers, which decide every launch token: docs/protocol.md)",
     )
 
 

@@ -20,8 +20,14 @@ block, forwards over that part only:
 - Projections (LiveLinear): a live slice with few nonzero weights runs as a sparse
   product over them; the circuit's gates read a few dozen of the residual's channels.
   The sparse projections of one input run as one stacked product (LiveLinears).
+- Launch tokens: on a one-token pass every row's token is a launch token, which is
+  exactly 0 on the circuit's mute dims in every circuit layer (`launch_zero`); those
+  columns are left out of the projections (the muted gate rows read them), which makes
+  the gates sparse too.
 - Conv windows: a decode pass updates the live channels' windows in place, as slices of
-  the cache's (one per contiguous run of channels), not gathered and scattered.
+  the cache's (one per contiguous run of channels), not gathered and scattered. Where
+  every live channel's kernel is 1 on the current token and 0 before (the circuit's), the
+  conv is the activation of the projection: the windows, which nothing reads, are left.
 - Full attention with all-zero k, v and o projections (every pass): the output is 0
   whatever the queries (the circuit's q_proj holds only its muted output gate); the
   layer's cache still grows by one zero key and value per token, as transformers' would
@@ -117,19 +123,26 @@ class LiveMlp:
     """The neurons of a SwiGLU MLP whose gate, up and down weights are all nonzero."""
 
     gate_up: LiveLinears
+    launch_gate_up: LiveLinears  # the same without the launch-zero columns (one-token passes)
     down: LiveLinear
     act: Any
     hidden: int
 
     @classmethod
-    def of(cls, mlp: Any) -> LiveMlp | None:
+    def of(cls, mlp: Any, launch_zero: torch.Tensor | None = None) -> LiveMlp | None:
         gate, up, down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
         live = _nonzero_rows(gate) & _nonzero_rows(up) & _nonzero_rows(down.t())
         if bool(live.all()):
             return None  # nothing to skip: the module's own forward
         rows = live.nonzero().squeeze(1)
-        gate_up = LiveLinears(gate[rows], up[rows])
-        return cls(gate_up, LiveLinear(down[:, rows]), mlp.act_fn, down.shape[0])
+        gate_up = [gate[rows], up[rows]]
+        return cls(
+            LiveLinears(*gate_up),
+            LiveLinears(*(_without(w, launch_zero) for w in gate_up)),
+            LiveLinear(down[:, rows]),
+            mlp.act_fn,
+            down.shape[0],
+        )
 
     @property
     def neurons(self) -> int:
@@ -138,8 +151,17 @@ class LiveMlp:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.neurons == 0:
             return x.new_zeros(*x.shape[:-1], self.hidden)
-        gate, up = self.gate_up(x)
+        gate, up = (self.launch_gate_up if x.shape[1] == 1 else self.gate_up)(x)
         return self.down(self.act(gate) * up)
+
+
+def _without(weight: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
+    """`weight` with `columns` zeroed: the same product on inputs that are 0 there."""
+    if columns is None or not len(columns):
+        return weight
+    weight = weight.clone()
+    weight[:, columns] = 0
+    return weight
 
 
 def _runs(channels: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -165,14 +187,16 @@ class LiveDeltaNet:
     channels: torch.Tensor  # their conv channels: q and k of their key heads, then v
     runs: list[tuple[int, int, int]]  # channels' contiguous runs: (first, end, at in channels)
     inputs: LiveLinears  # their rows of the qkv, z, b and a projections of the input
+    launch_inputs: LiveLinears  # the same without the launch-zero columns (one-token passes)
     conv: torch.Tensor
+    identity_conv: bool  # every live channel's kernel is 1 on the current token, 0 before
     A_log: torch.Tensor
     dt_bias: torch.Tensor
     out: LiveLinear
     split: tuple[int, int, int]
 
     @classmethod
-    def of(cls, attn: Any) -> LiveDeltaNet | None:
+    def of(cls, attn: Any, launch_zero: torch.Tensor | None = None) -> LiveDeltaNet | None:
         if attn.conv1d.bias is not None:
             return None  # a bias could write heads with zero rows: not a circuit layer
         nk, nv, dk, dv = attn.num_k_heads, attn.num_v_heads, attn.head_k_dim, attn.head_v_dim
@@ -187,18 +211,22 @@ class LiveDeltaNet:
         k_channels = (key_heads[:, None] * dk + torch.arange(dk)).flatten()
         v_channels = (heads[:, None] * dv + torch.arange(dv)).flatten()
         channels = torch.cat([k_channels, attn.key_dim + k_channels, 2 * attn.key_dim + v_channels])
+        projections = [
+            weight[channels],
+            attn.in_proj_z.weight[v_channels],
+            attn.in_proj_b.weight[heads],
+            attn.in_proj_a.weight[heads],
+        ]
+        conv = attn.conv1d.weight.squeeze(1)[channels]
         return cls(
             module=attn,
             heads=heads,
             channels=channels,
             runs=_runs(channels),
-            inputs=LiveLinears(
-                weight[channels],
-                attn.in_proj_z.weight[v_channels],
-                attn.in_proj_b.weight[heads],
-                attn.in_proj_a.weight[heads],
-            ),
-            conv=attn.conv1d.weight.squeeze(1)[channels],
+            inputs=LiveLinears(*projections),
+            launch_inputs=LiveLinears(*(_without(w, launch_zero) for w in projections)),
+            conv=conv,
+            identity_conv=bool((conv[:, :-1] == 0).all() and (conv[:, -1] == 1).all()),
             A_log=attn.A_log[heads],
             dt_bias=attn.dt_bias[heads],
             out=LiveLinear(attn.out_proj.weight[:, v_channels]),
@@ -227,9 +255,11 @@ class LiveDeltaNet:
         if len(self.heads) == 0:  # nothing to write or read: no windows, no state (all 0)
             return hidden_states.new_zeros(batch, steps, self.out.shape[0])
         x = qwen3_5.apply_mask_to_padding_states(hidden_states, attention_mask)
-        mixed, z, b, a = self.inputs(x)
+        mixed, z, b, a = (self.launch_inputs if steps == 1 else self.inputs)(x)
         mixed = mixed.transpose(1, 2)  # (batch, live channels, steps)
-        if decode:  # each run's windows updated in place, a view of the cache's
+        if decode and self.identity_conv:  # the window's older inputs weigh 0: unread
+            mixed = qwen3_5.ACT2FN[attn.activation](mixed)
+        elif decode:  # each run's windows updated in place, a view of the cache's
             mixed = torch.cat(
                 [
                     qwen3_5.causal_conv1d_update(
@@ -358,13 +388,19 @@ class LiveParts:
         self.forwards = forwards
 
     @classmethod
-    def of(cls, model: Any) -> LiveParts:
+    def of(cls, model: Any, launch_zero: dict[int, torch.Tensor] | None = None) -> LiveParts:
+        """The live parts of `model`'s layers. `launch_zero[i]`: residual dims exactly 0 in
+        layer i on every launch token (the circuit's mute dims), whose weights one-token
+        passes leave out (a launch's passes after its first forward hold launch tokens
+        only; a prefill's left padding is text)."""
         forwards: dict[Any, Any] = {}
         with torch.no_grad():
-            for layer in model.model.layers:
-                parts = [(layer.mlp, LiveMlp.of(layer.mlp))]
+            for i, layer in enumerate(model.model.layers):
+                zero = (launch_zero or {}).get(i)
+                parts = [(layer.mlp, LiveMlp.of(layer.mlp, zero))]
                 if getattr(layer, "linear_attn", None) is not None:
-                    parts.append((layer.linear_attn, LiveDeltaNet.of(layer.linear_attn)))
+                    attn = layer.linear_attn
+                    parts.append((attn, LiveDeltaNet.of(attn, zero)))
                 if getattr(layer, "self_attn", None) is not None:
                     parts.append((layer.self_attn, SilentAttention.of(layer.self_attn)))
                 forwards.update({m: live.forward for m, live in parts if live is not None})

@@ -31,6 +31,7 @@ from qwengpu.isa.instr import (
     outside_memory_fault,
 )
 from qwengpu.isa.spec import WORD_MASK, MachineSpec
+from qwengpu.machine.exit_bound import ExitBound, exit_bound
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
 from qwengpu.machine.tokens import (
@@ -154,6 +155,8 @@ class ModelLaunch:
     generated: list[Token]
     prompt_tokens: int
     seconds: float
+    forward: str = "early exit"
+    """"early exit" (the circuit's layers and rows) or "full forward" (every layer)."""
 
     @property
     def tokens_per_exec(self) -> float:
@@ -169,12 +172,23 @@ class ModelBackend:
     """Runs launches on a Qwen3_5ForCausalLM that holds the machine (see machine.model)."""
 
     def __init__(
-        self, machine: CompiledMachine, model: Any, token_offset: int, tokenizer: Any = None
+        self,
+        machine: CompiledMachine,
+        model: Any,
+        token_offset: int,
+        tokenizer: Any = None,
+        bound: ExitBound | None = None,
     ) -> None:
         if token_offset <= PAD_TEXT_TOKEN:
             raise ArgError("the model's vocabulary must start with text tokens (batch padding)")
         self.machine = machine
         self.model = model
+        self._bound = bound
+        self.full_forward: bool | None = None
+        """True: launches run every layer and the whole LM head; False: they stop after
+        the circuit's layers (host.early_exit), refused where the bound fails; None (the
+        default): early exit where the bound holds."""
+        self._exit_model: Any = None
         self.tokenizer = tokenizer
         """The checkpoint's tokenizer, for text (the chat); None for the in-memory models,
         whose text rows are synthetic."""
@@ -191,6 +205,33 @@ class ModelBackend:
     def ids(self, tokens: Sequence[Token]) -> list[int]:
         return [self.offset + self.vocab.index[t] for t in tokens]
 
+    @property
+    def bound(self) -> ExitBound:
+        """machine.exit_bound's proof on this model's weights (found on first use): early
+        exit is exact where it holds."""
+        if self._bound is None:
+            self._bound = model_exit_bound(self.machine, self.model, self.offset)
+        return self._bound
+
+    def _runner(self, full_forward: bool | None = None) -> tuple[Any, int]:
+        """The model a launch runs (the whole one, or the one cut after the circuit) and
+        the token id of its logit 0; `full_forward` None: the backend's `full_forward`."""
+        full = self.full_forward if full_forward is None else full_forward
+        if full or (full is None and not self.bound.proven):
+            return self.model, 0
+        if not self.bound.proven:
+            raise LaunchError(
+                "early exit is not exact on this model: "
+                + self.bound.describe()
+                + "; run the full forward (--full-forward)"
+            )
+        if self._exit_model is None:
+            from qwengpu.host.early_exit import exit_model
+
+            circuits = len(self.machine.layer_types)
+            self._exit_model = exit_model(self.model, circuits, self.offset, len(self.vocab))
+        return self._exit_model, self.offset
+
     def launch(
         self,
         program: Program,
@@ -201,14 +242,21 @@ class ModelBackend:
         max_steps: int | None = None,
         prefill: bool = True,
         progress: Callable[[str], None] | None = None,
+        full_forward: bool | None = None,
     ) -> ModelLaunch:
         """Run one launch; arrays in `args` get their final contents.
 
         prefill=True feeds the load tokens in one forward (chunked DeltaNet path); False
-        feeds them one by one with the cache (recurrent path)."""
+        feeds them one by one with the cache (recurrent path). full_forward=True runs every
+        layer and the whole LM head, False stops after the circuit (host.early_exit), None
+        takes the backend's `full_forward`."""
         request = LaunchRequest(program, grid, block, args)
         (run,) = self.launch_many(
-            [request], max_steps=max_steps, prefill=prefill, progress=progress
+            [request],
+            max_steps=max_steps,
+            prefill=prefill,
+            progress=progress,
+            full_forward=full_forward,
         )
         return run
 
@@ -219,6 +267,7 @@ class ModelBackend:
         max_steps: int | None = None,
         prefill: bool | Sequence[bool] = True,
         progress: Callable[[str], None] | None = None,
+        full_forward: bool | None = None,
     ) -> list[ModelLaunch]:
         """Run independent launches as one batch (one sequence each, like CUDA streams):
         every forward pass advances all of them, so the weights are read once per step for
@@ -231,7 +280,8 @@ class ModelBackend:
         each row reads the rest of its own prompt, one token per pass, and starts writing
         when it has read it all, so no row waits on another's. A launch that ends has its
         states read and its row dropped from the cache, so the passes after it are the
-        smaller batch's. Arrays in each request's args get their results."""
+        smaller batch's. Arrays in each request's args get their results. `full_forward`
+        as in `launch`."""
         import torch
 
         from qwengpu.host.batch_cache import drop_rows, with_room_to_grow
@@ -250,13 +300,13 @@ class ModelBackend:
         final: dict[int, list[int]] = {}
         trapped: dict[int, dict[int, np.ndarray]] = {}
         start = time.perf_counter()
-        model = self.model
+        model, first_id = self._runner(full_forward)
         device = model.device
         fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext(False)
         with torch.no_grad(), exact_arithmetic(), fast as cpu_path:
             # the first forwards: each row's whole prompt, or its first token
             heads = [p if whole else p[:1] for p, whole in zip(prompts, feeds, strict=True)]
-            cache, running, mask, logits = self._prefill(heads)
+            cache, running, mask, logits = self._prefill(model, heads)
             if cpu_path:  # the base's keys and values extended in place, not concatenated
                 with_room_to_grow(cache)
             fed = [len(h) for h in heads]
@@ -265,9 +315,9 @@ class ModelBackend:
             # (fed[b] tokens so far) takes its next prompt token, not the model's
             while True:
                 picks = logits.argmax(-1).tolist()
-                for b, next_id in zip(running, picks, strict=True):
+                for b, pick in zip(running, picks, strict=True):
                     if fed[b] == len(prompts[b]):
-                        self._take(jobs[b], next_id, end_id, budget)
+                        self._take(jobs[b], first_id + pick, end_id, budget)
                 if progress:
                     self._report(jobs, running, cache, progress)
                 ended = [r for r, b in enumerate(running) if jobs[b].done]
@@ -312,11 +362,12 @@ class ModelBackend:
                     job.generated,
                     len(job.prompt),
                     seconds,
+                    "full forward" if model is self.model else "early exit",
                 )
             )
         return launches
 
-    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, list[int], Any, Any]:
+    def _prefill(self, model: Any, prompts: list[list[int]]) -> tuple[Any, list[int], Any, Any]:
         """The rows' first forwards onto an empty cache (the chunked DeltaNet path): the
         prompts (whole, or a token-by-token row's first token) grouped by length
         (prefill_groups), each group one forward with its shorter prompts left-padded and
@@ -328,7 +379,7 @@ class ModelBackend:
 
         from qwengpu.host.batch_cache import join_left_padded
 
-        device = self.model.device
+        device = model.device
         width = max(map(len, prompts))
         caches, masks, logits, running = [], [], [], []
         for group in prefill_groups([len(p) for p in prompts]):
@@ -338,11 +389,11 @@ class ModelBackend:
                 [[0] * (width - len(prompts[b])) + [1] * len(prompts[b]) for b in group],
                 device=device,
             )
-            cache = DynamicCache(config=self.model.config)
+            cache = DynamicCache(config=model.config)
             # the positions the group's tokens have in the joined batch (the widest
             # prefill's), so the base's rotary keys agree with the queries that follow
             positions = torch.arange(width - longest, width, device=device)
-            out = self.model(
+            out = model(
                 input_ids=torch.tensor(ids, device=device),
                 attention_mask=mask[:, width - longest :],
                 position_ids=positions.expand(len(group), -1),
@@ -362,6 +413,8 @@ class ModelBackend:
     def _cpu_decode(self) -> Iterator[bool]:
         """qwengpu's decode kernel and the layers' live-part forwards, on the CPU only;
         yields whether they are installed."""
+        import torch
+
         from qwengpu.host import decode_kernel  # needs torch, as the model does
         from qwengpu.host.live_decode import LiveParts
 
@@ -370,7 +423,9 @@ class ModelBackend:
                 yield False
                 return
             if self.live_parts is None:  # found once: the weights do not change
-                self.live_parts = LiveParts.of(self.model)
+                zero = torch.tensor(self.machine.compiled.schedule.mute_dims())
+                circuit = range(len(self.machine.layer_types))
+                self.live_parts = LiveParts.of(self.model, dict.fromkeys(circuit, zero))
             with self.live_parts.installed():
                 yield True
 
@@ -522,6 +577,14 @@ class ModelBackend:
         return _words(self.machine.compiled.memory_rows(states, "mem0")[batch])
 
 
+def model_exit_bound(machine: CompiledMachine, model: Any, first: int) -> ExitBound:
+    """machine.exit_bound on a loaded model: its LM head's rows but the circuit tokens'
+    behind its final norm."""
+    head = model.lm_head.weight.detach()
+    others = (head[:first], head[first + len(machine.vocab) :])
+    return exit_bound(machine, others, model.model.norm.weight.detach())
+
+
 PREFILL_FILL = 0.75
 """A prefill group's shortest prompt is at least this fraction of its longest: at most a
 quarter of a group's positions are padding (the suite's prompts, 90 to 558 tokens, padded
@@ -585,7 +648,16 @@ def checkpoint_backend(
     for i, t in enumerate(machine.vocab.tokens):
         if ids.get(token_string(t)) != first + i:
             raise CheckpointError(f"{directory}: circuit token {t} is missing or out of place")
-    return ModelBackend(machine, model.to(pick_device(device)), first, tokenizer)
+    bound = model_exit_bound(machine, model, first)
+    recorded = manifest["circuit"].get("early_exit")
+    if recorded is not None and not all(
+        math.isclose(recorded[k], v, rel_tol=1e-9) for k, v in bound.record().items()
+    ):
+        raise CheckpointError(
+            f"{directory}: its LM head or final norm differ from the build's (early-exit "
+            f"bound {recorded} at build, now: {bound.describe()}); rebuild it with `qgpu build`"
+        )
+    return ModelBackend(machine, model.to(pick_device(device)), first, tokenizer, bound)
 
 
 def pick_device(name: str | None = None) -> str:

@@ -67,6 +67,9 @@ class CircuitLayers:
     suppress_in_text: the circuit tokens' output rows are live on text positions too (the
                      base's final hidden state is arbitrary there), so the generation
                      config suppresses them: plain `generate()` only ever picks text.
+    exit_bound:      given the LM head's other rows (blocks of them) and the final norm's
+                     weight, the proof that they cannot win on a circuit token, as
+                     manifest facts (machine.exit_bound); None: no early exit.
     """
 
     layers: Sequence[CircuitLayer]
@@ -79,6 +82,7 @@ class CircuitLayers:
     layer_map: Sequence[str] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     suppress_in_text: bool = False
+    exit_bound: Callable[[Sequence[torch.Tensor], torch.Tensor | None], dict] | None = None
 
     @property
     def layer_types(self) -> list[str]:

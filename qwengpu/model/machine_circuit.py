@@ -136,7 +136,22 @@ class MachineCircuitCompiler:
             layer_map=layer_lines(machine),
             extra=_facts(machine),
             suppress_in_text=True,  # their rows score the code, and text can look like one
+            exit_bound=partial(_exit_facts, machine),
         )
+
+
+def _exit_facts(machine: CompiledMachine, other_rows: Any, norm_weight: Any) -> dict[str, Any]:
+    """The early-exit proof on the merged LM head's other rows (machine.exit_bound),
+    refused when it fails: a launch would not be exact without every layer."""
+    import torch
+
+    from qwengpu.machine.exit_bound import exit_bound
+
+    weight = torch.zeros(machine.geometry.hidden) if norm_weight is None else norm_weight
+    bound = exit_bound(machine, other_rows, weight)
+    if not bound.proven:
+        raise ModelError(f"early exit cannot be proven on this base: {bound.describe()}")
+    return bound.record()
 
 
 def _facts(machine: CompiledMachine) -> dict[str, Any]:

@@ -113,6 +113,10 @@ def build_checkpoint(
         "direction"
     )
 
+    exit_facts = None
+    if circuit.exit_bound is not None:  # proven before anything is written
+        exit_facts = _exit_facts(base, circuit, output_rows)
+        say(f"early exit: {exit_facts['margin']:.0f}x margin over every other LM-head row")
     work = work_dir(out)
     try:
         sources = _tensor_sources(base, circuit, input_rows, output_rows, untie, verifier)
@@ -124,6 +128,8 @@ def build_checkpoint(
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         _write_aux(base, work, circuit)
         manifest = _manifest(base, circuit, untie, verifier, config)
+        if exit_facts is not None:
+            manifest["circuit"]["early_exit"] = exit_facts
         from qwengpu.model.card import model_card
 
         (work / "README.md").write_text(model_card(manifest))
@@ -188,6 +194,18 @@ def _base_info(base: BaseCheckpoint) -> BaseInfo:
         text_embeddings=rows,
         final_norm_weight=base.load(norm_key) if norm_key in base.tensors else None,
     )
+
+
+def _exit_facts(base: BaseCheckpoint, circuit: CircuitLayers, output_rows) -> dict[str, Any]:
+    """The circuit's early-exit proof over the merged LM head's rows that are not circuit
+    tokens': the base head's (its embedding, when tied) before and after them."""
+    if output_rows is None:
+        raise ModelError("a circuit with an early-exit bound must give its output rows")
+    head = base.load("lm_head.weight" if "lm_head.weight" in base.tensors else base.embedding_key)
+    end = base.first_free_id + output_rows.shape[0]
+    norm_key = f"{base.prefix}norm.weight"
+    norm = base.load(norm_key) if norm_key in base.tensors else None
+    return circuit.exit_bound((head[: base.first_free_id], head[end:]), norm)
 
 
 def _exact(value, dtype, what: str):

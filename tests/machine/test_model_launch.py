@@ -55,6 +55,11 @@ WARP_SIZE_TAGS = {
 DOT_TOKENS = {"qwen3.5-2b": 27, "qwen3.5-0.8b": 43}
 """Tokens the model writes for the dot product (docs/protocol.md; the original: 47)."""
 FULL_MIN_CASES = 20  # kernels the slow tier runs on the full machine (2B geometry)
+FULL_FORWARD_EVERY, FULL_FORWARD_AT = 16, (0, 7)
+"""The default run checks launches k = 0, 7, 16, 23, ... (by length; both feedings) of each
+dtype's suite batch against the full forward, an eighth of them; the slow tier every
+launch. On 2 cores a full-forward pass of the test model (4 base layers, the whole LM
+head) costs about five early-exit passes."""
 _runs: dict[str, object] = {}  # launches kept for the tests that only inspect them
 
 
@@ -121,11 +126,29 @@ def _feeding(prefill: bool) -> str:
     return "prefill" if prefill else "token by token"
 
 
-def _launch_all(backend, launches: list[tuple[str, bool]], jobs, progress=None) -> list:
+def _launch_all(
+    backend, launches: list[tuple[str, bool]], jobs, progress=None, full_forward=None
+) -> list:
     """The launches, (kernel name, prefill) each, as one batch (their jobs from _requests):
     their runs."""
     prefill = [p for _, p in launches]
-    return backend.launch_many([j[0] for j in jobs], prefill=prefill, progress=progress)
+    requests = [j[0] for j in jobs]
+    return backend.launch_many(
+        requests, prefill=prefill, progress=progress, full_forward=full_forward
+    )
+
+
+def _full_forward_differs(backend, launches: list[tuple[str, bool]], runs, dtype) -> list[str]:
+    """The launches again as one batch through every layer and the whole LM head: one line
+    for each whose tokens differ from its early-exit run's."""
+    jobs = _requests(backend.machine.spec, [name for name, _ in launches])
+    full = _launch_all(backend, launches, jobs, full_forward=True)
+    assert {r.forward for r in full} == {"full forward"}
+    return [
+        f"{name} ({dtype}, {_feeding(prefill)}): the full forward wrote other tokens"
+        for (name, prefill), fast, slow in zip(launches, runs, full, strict=True)
+        if fast.generated != slow.generated
+    ]
 
 
 def _failures(launches, jobs, runs, dtype: str) -> list[str]:
@@ -237,6 +260,14 @@ def test_every_suite_kernel_in_both_dtypes_and_both_feedings(reduced, dtype, wit
         runs = _launch_all(backend, launches, jobs, said.append)
     failed = _failures(launches, jobs, runs, dtype)
     assert not failed, "\n".join(failed)
+    # early exit (the default) wrote them: an eighth of them again through every layer
+    assert {r.forward for r in runs} == {"early exit"}
+    again = [k for k in range(len(launches)) if k % FULL_FORWARD_EVERY in FULL_FORWARD_AT]
+    assert {launches[k][1] for k in again} == {True, False}  # both feedings
+    differ = _full_forward_differs(
+        backend, [launches[k] for k in again], [runs[k] for k in again], dtype
+    )
+    assert not differ, "\n".join(differ)
     # progress every 16 EXECs and at the end of each launch (launches of one kernel share
     # its name), its last line with every warp done, read from the scheduler's state
     for kernel in {job[0].program.name for job in jobs}:
@@ -261,10 +292,11 @@ FAST_DECODE_BATCH = ["dot", "cas_own", "vote_small"]  # atomics, votes, a loop: 
 def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
     reduced, monkeypatch, request, prefill
 ):
-    """The same batch, run with transformers' modules and torch kernel, and with qwengpu's
-    CPU path (host.decode_kernel and the layers' live parts, host.live_decode: sparse
-    projections, the memories' rows alone, the live heads' prefill): the same tokens and
-    every DeltaNet state of the circuit layers identical to the bit."""
+    """The same batch through every layer, run with transformers' modules and torch kernel,
+    and with qwengpu's CPU path (host.decode_kernel and the layers' live parts,
+    host.live_decode: sparse projections, the memories' rows alone, the live heads'
+    prefill): the same tokens and every DeltaNet state of the circuit layers identical to
+    the bit."""
     from qwengpu.host import decode_kernel, live_decode
     from qwengpu.host.model_backend import ModelBackend
 
@@ -310,7 +342,8 @@ def test_the_cpu_decode_path_gives_transformers_tokens_and_states_bit_for_bit(
         jobs = _requests(backend.machine.spec, FAST_DECODE_BATCH)
         reads.clear()
         batch_sizes.clear()
-        runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=prefill)
+        # every layer: the base's DeltaNets run qwengpu's decode kernel
+        runs[fast] = backend.launch_many([j[0] for j in jobs], prefill=prefill, full_forward=True)
         states[fast] = list(reads)
         # the first passes: the prefill's groups of similar lengths, or every row's first
         # token; then an ended launch leaves the batch (its row read, then dropped)
@@ -388,15 +421,18 @@ def _find_fitting_cases(spec) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_suite_kernel_in_every_combination(reduced, dtype):
-    """The default run's batch and its flip: every kernel fed both ways. Two batches, not
-    one of twice the size: in float32 one of 122 launches peaks at about 18 GB."""
+    """The default run's batch and its flip: every kernel fed both ways, each with early
+    exit and through every layer (the same tokens). Two batches, not one of twice the
+    size: in float32 one of 122 launches peaks at about 18 GB."""
     names = _fitting_cases(reduced.spec)
     failed = []
     for flip in (False, True):
         launches = _crossed(names, dtype, flip)
         jobs = _requests(reduced.spec, names)
-        runs = _launch_all(reduced.get(dtype), launches, jobs)
+        backend = reduced.get(dtype)
+        runs = _launch_all(backend, launches, jobs)
         failed += _failures(launches, jobs, runs, dtype)
+        failed += _full_forward_differs(backend, launches, runs, dtype)
     assert not failed, "\n".join(failed)
 
 
@@ -408,7 +444,9 @@ def test_the_full_machine_on_the_2b_geometry(full, dtype):
     names = _fitting_cases(full.spec)[:FULL_MIN_CASES]
     launches = [(name, prefill) for prefill in (True, False) for name in names]
     jobs = _requests(full.spec, [name for name, _ in launches])
-    failed = _failures(launches, jobs, _launch_all(backend, launches, jobs), dtype)
+    runs = _launch_all(backend, launches, jobs)
+    failed = _failures(launches, jobs, runs, dtype)
+    failed += _full_forward_differs(backend, launches, runs, dtype)
     assert not failed, "\n".join(failed)
 
 
@@ -653,10 +691,11 @@ def test_the_quickstart_command_prints_the_models_result_and_rate(
     summary = shown.err.splitlines()[-1]
     assert re.fullmatch(
         r"# \d+ steps, (\d+) tokens written by the model in [\d.]+ s "
-        r"\([\d.]+ tokens/s; \d+ load tokens\)",
+        r"\([\d.]+ tokens/s; \d+ load tokens; early exit\)",
         summary,
     ), summary
     assert report["args"][2] == [32] and report["backend"] == "model"
+    assert report["forward"] == "early exit"
     assert report["tokens"] <= DOT_TOKENS[backend.machine.geometry.name]
     assert report["seconds"] > 0
     assert report["tokens_per_second"] == pytest.approx(
