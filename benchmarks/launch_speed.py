@@ -17,26 +17,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
-import sys
 import time
 import zlib
-from pathlib import Path
 
 import numpy as np
+from suite_cases import load_suite
 
-ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ("dot", "collatz", "matmul4")
-
-
-def _suite():
-    spec = importlib.util.spec_from_file_location(
-        "qgpu_kernel_cases", ROOT / "tests" / "kernels" / "cases.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def requests(backend, names: list[str]) -> list:
@@ -45,7 +32,7 @@ def requests(backend, names: list[str]) -> list:
     from qwengpu import api
     from qwengpu.host.model_backend import LaunchRequest
 
-    suite = _suite()
+    suite = load_suite()
     cases = {c.name: c for c in suite.CASES}
     spec = backend.machine.spec
     programs = {

@@ -21,26 +21,13 @@ import argparse
 import copy
 import dataclasses
 import gc
-import importlib.util
-import sys
 import time
 import zlib
-from pathlib import Path
 
 import numpy as np
+from suite_cases import load_suite
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = "dot,reduce_sum,collatz,histogram,matmul4,shfl_down,binary_search"
-
-
-def _suite():
-    spec = importlib.util.spec_from_file_location(
-        "qgpu_kernel_cases", ROOT / "tests" / "kernels" / "cases.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def requests(suite, names: list[str], spec) -> list:
@@ -111,7 +98,7 @@ def main() -> None:
     parser.add_argument("--cases", default=DEFAULT_CASES)
     parser.add_argument("--prefill", action="store_true", help="load tokens in one forward")
     args = parser.parse_args()
-    suite = _suite()
+    suite = load_suite()
     names = [c.name for c in suite.CASES] if args.cases == "all" else args.cases.split(",")
     geometry, specs = machines(args.geometry)
     results = {}
