@@ -17,9 +17,19 @@ BACKENDS = ("interp", "model")
 INT32_MIN = -(1 << 31)
 
 
+def _whole(value: object) -> bool:
+    """An int (numpy's too), not a bool: what a CUDA dimension may be given as."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
 def dim3(value: int | Sequence[int], what: str) -> Dim3:
-    """Normalise a CUDA-style dimension: an int or up to three ints."""
-    dims = (value,) if isinstance(value, int | np.integer) else tuple(value)
+    """Normalise a CUDA-style dimension: an int, or a tuple, list or array of 1 to 3 ints.
+    Anything else (a string, a float, None, a bool) is refused, never reinterpreted: "12"
+    is not (1, 2) nor 2.7 a 2."""
+    sequence = isinstance(value, tuple | list | np.ndarray)
+    dims = tuple(value) if sequence else (value,)
+    if not (sequence or _whole(value)) or not all(_whole(d) for d in dims):
+        raise ArgError(f"{what} must be an int or 1 to 3 ints, got {value!r}")
     if not 1 <= len(dims) <= 3:
         raise ArgError(f"{what} must have 1 to 3 dimensions, got {value!r}")
     dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))

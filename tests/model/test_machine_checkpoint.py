@@ -68,6 +68,12 @@ def test_the_manifest_describes_the_machine(machine_checkpoint):
     assert circuit["num_layers"] <= 45 and len(circuit["layer_map"]) == circuit["num_layers"]
     assert manifest["muting"]["worst_gate_bound"] <= -128
     assert circuit["embeddings_untied_by_build"]  # output rows score the circuit's code
+    # early exit proven at build, both sides recorded (machine/exit_bound.py)
+    from qwengpu.machine.exit_bound import EXIT_MARGIN
+
+    bound = circuit["early_exit"]
+    assert bound["margin"] >= EXIT_MARGIN
+    assert bound["circuit_logit_min"] >= EXIT_MARGIN * bound["other_logit_max"]
 
 
 @pytest.mark.parametrize(("dtype", "feed"), [("bfloat16", "tokens"), ("float32", "prefill")])
@@ -85,7 +91,50 @@ def test_dot_product_through_the_built_checkpoint(machine_checkpoint, dtype, fee
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["args"][2] == [32] and result["checked"] and result["tokens"] > 0
-    assert result["feed"] == feed
+    assert result["feed"] == feed and result["forward"] == "early exit"
+
+
+def test_early_exit_writes_the_full_forwards_tokens_on_the_checkpoint(machine_checkpoint):
+    """The checkpoint loaded as `--model DIR` loads it (its bound recomputed and checked
+    against the manifest), then the dot product and collatz with early exit and through
+    all of the base's layers and its whole LM head: the same tokens, the same results."""
+    import numpy as np
+
+    from qwengpu import api
+    from qwengpu.host.model_backend import checkpoint_backend
+
+    _, path, _ = machine_checkpoint
+    backend = checkpoint_backend(path, dtype="bfloat16")
+    program = api.compile((REPO / "examples" / "dot.cu").read_text(), spec=backend.machine.spec)
+    runs = {}
+    for full in (False, True):
+        args = [np.array([1, 2, 3], np.int32), np.array([4, 5, 6], np.int32)]
+        args += [np.zeros(1, np.int32), np.int32(3)]
+        runs[full] = backend.launch(program, 1, 4, args, full_forward=full)
+        assert int(args[2][0]) == 32
+    assert runs[False].generated == runs[True].generated
+    assert [r.forward for r in runs.values()] == ["early exit", "full forward"]
+
+
+def test_a_changed_head_is_refused_at_load(machine_checkpoint, tmp_path):
+    """A manifest whose early-exit figures the loaded weights do not reproduce (a head or
+    final norm changed after the build): refused, never run with an unproven exit."""
+    import shutil
+
+    from qwengpu.errors import CheckpointError
+    from qwengpu.host.model_backend import checkpoint_backend
+    from qwengpu.model.manifest import MANIFEST_NAME
+
+    geometry, path, _ = machine_checkpoint
+    if geometry != "0.8b":
+        pytest.skip("one geometry suffices: the check is the same")
+    copy = tmp_path / "changed"
+    shutil.copytree(path, copy)
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    manifest["circuit"]["early_exit"]["other_logit_max"] *= 0.5
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="LM head or final norm differ from the build"):
+        checkpoint_backend(copy, dtype="bfloat16")
 
 
 def test_text_is_unchanged(machine_checkpoint):

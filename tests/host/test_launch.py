@@ -1,0 +1,41 @@
+"""Launch geometry as the API takes it: ints only, never reinterpreted (issue: a string
+"12" ran as (1, 2, 1), a float 2.7 as 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qwengpu import api
+from qwengpu.errors import ArgError
+from qwengpu.host.launch import dim3
+
+DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [(4, (4, 1, 1)), ((2, 3), (2, 3, 1)), ([1, 2, 3], (1, 2, 3)), (np.int64(8), (8, 1, 1)),
+     (np.array([2, 2]), (2, 2, 1))],
+)  # fmt: skip
+def test_ints_and_sequences_of_ints_are_dimensions(value, want):
+    assert dim3(value, "block") == want
+
+
+@pytest.mark.parametrize("value", ["12", b"4", 4.0, (2.7,), None, True, (1, "2"), (), (1,) * 4])
+def test_anything_else_is_refused_in_one_line(value):
+    with pytest.raises(ArgError, match=r"^block must "):
+        dim3(value, "block")
+
+
+def test_the_api_refuses_a_string_block_before_the_launch():
+    program = api.compile(DOT)
+    args = [np.array([1, 2, 3], np.int32), np.array([4, 5, 6], np.int32)]
+    args += [np.zeros(1, np.int32), np.int32(3)]
+    with pytest.raises(ArgError, match=r"block must be an int or 1 to 3 ints, got '12'"):
+        api.launch(program, 1, "12", args)
+    assert int(args[2][0]) == 0  # nothing ran
+    api.launch(program, 1, (4,), args)
+    assert int(args[2][0]) == 32
