@@ -45,9 +45,15 @@ def lower_ptx(ptx: str, name: str | None = None, *, spec: MachineSpec = DEFAULT_
     module = parse_ptx(ptx)
     if name is None:
         entries = [k for k in module.kernels.values() if k.is_entry]
-        if len(entries) != 1:
-            listed = ", ".join(k.name for k in entries) or "none"
-            raise ArgError(f"the source defines {len(entries)} kernels ({listed}); name one")
+        if not entries:
+            raise ArgError(
+                'the source defines no kernel: write one as extern "C" __global__ void name(...)'
+            )
+        if len(entries) > 1:
+            listed = ", ".join(k.name for k in entries)
+            raise ArgError(
+                f"the source defines {len(entries)} kernels ({listed}); name one (--kernel NAME)"
+            )
         kernel = entries[0]
     else:
         kernel = find_entry(module, name)

@@ -30,8 +30,9 @@ class ResourceError(QgpuError):
     """A kernel or launch needs more of something than the MachineSpec has."""
 
 
-class ArgError(QgpuError):
-    """Launch arguments do not match the kernel or do not fit machine memory."""
+class ArgError(QgpuError, ValueError):
+    """A bad argument: launch arguments that do not match the kernel or do not fit machine
+    memory, an unknown option, a source that is not text."""
 
 
 class LaunchError(QgpuError):

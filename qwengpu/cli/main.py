@@ -26,9 +26,14 @@ def _step_budget(text: str) -> int:
 
 def _read_source(path: str) -> str:
     try:
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ArgError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ArgError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x}); "
+            "save the CUDA source as UTF-8"
+        ) from None
 
 
 def _jsonable(value: object) -> object:

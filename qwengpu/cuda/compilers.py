@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qwengpu.cuda.ptx_ir import Kernel, Module
-from qwengpu.errors import CompileError, CompilerNotFound, PtxError
+from qwengpu.errors import ArgError, CompileError, CompilerNotFound, PtxError
 
 COMPILERS = ("nvrtc", "clang", "nvcc")
 _DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
@@ -49,8 +49,10 @@ def compile_cuda(
     installed). `options` go to the compiler verbatim, after qwengpu's own. `filename`
     is only the name compile errors are reported against.
     """
+    if not isinstance(source, str):
+        raise ArgError(f"the CUDA source must be text (str), got {type(source).__name__}")
     if compiler != "auto" and compiler not in COMPILERS:
-        raise ValueError(f"unknown CUDA compiler {compiler!r}; use auto, {', '.join(COMPILERS)}")
+        raise ArgError(f"unknown CUDA compiler {compiler!r}; use auto, {', '.join(COMPILERS)}")
     cc = _compute_capability(arch)
     opts = list(options)
     if compiler != "auto":
@@ -68,7 +70,7 @@ def _compute_capability(arch: str) -> str:
     """'sm_75', 'compute_75' or '75' -> '75' (keeping an 'a'/'f' feature suffix)."""
     m = re.fullmatch(r"(?:sm_|compute_)?(\d{2,3}[af]?)", arch.strip())
     if not m:
-        raise ValueError(f"bad GPU architecture {arch!r}; expected e.g. sm_75")
+        raise ArgError(f"bad GPU architecture {arch!r}; expected e.g. sm_75")
     return m.group(1)
 
 

@@ -190,6 +190,7 @@ class LiveDeltaNet:
     launch_inputs: LiveLinears  # the same without the launch-zero columns (one-token passes)
     conv: torch.Tensor
     identity_conv: bool  # every live channel's kernel is 1 on the current token, 0 before
+    never_decays: bool  # exp(A_log) is 0 on every live head: g = -0, the decay exactly 1
     A_log: torch.Tensor
     dt_bias: torch.Tensor
     out: LiveLinear
@@ -227,6 +228,7 @@ class LiveDeltaNet:
             launch_inputs=LiveLinears(*(_without(w, launch_zero) for w in projections)),
             conv=conv,
             identity_conv=bool((conv[:, :-1] == 0).all() and (conv[:, -1] == 1).all()),
+            never_decays=bool((attn.A_log[heads].float().exp() == 0).all()),
             A_log=attn.A_log[heads],
             dt_bias=attn.dt_bias[heads],
             out=LiveLinear(attn.out_proj.weight[:, v_channels]),
@@ -280,13 +282,16 @@ class LiveDeltaNet:
         key = key.reshape(batch, steps, -1, attn.head_k_dim)
         value = value.reshape(batch, steps, -1, attn.head_v_dim)
         beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+
+        def decay() -> torch.Tensor:  # the log decay g per token and head
+            return -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
 
         if decode:
-            core = self._decode_rule(cache.get_recurrent_state(index), query, key, value, g, beta)
+            state = cache.get_recurrent_state(index)
+            core = self._decode_rule(state, query, key, value, decay, beta)
         else:  # transformers' chunked rule on the live heads; the others' states stay 0
             core, cells = qwen3_5.torch_chunk_gated_delta_rule(
-                query, key, value, g=g, beta=beta, initial_state=None,
+                query, key, value, g=decay(), beta=beta, initial_state=None,
                 output_final_state=True, use_qk_l2norm_in_kernel=True,
             )  # fmt: skip
             self._zero_states(cache, x)[:, self.heads] = cells
@@ -327,15 +332,16 @@ class LiveDeltaNet:
         )
         return mixed[:, :, -steps:]
 
-    def _decode_rule(self, state, query, key, value, g, beta) -> torch.Tensor:
-        """One token of the delta rule on the live heads' cells of `state`, in place."""
-        if bool((g.exp() == 1).all()):  # no decay: the memories' rows alone
+    def _decode_rule(self, state, query, key, value, decay, beta) -> torch.Tensor:
+        """One token of the delta rule on the live heads' cells of `state`, in place;
+        `decay()` gives the token's log decay g."""
+        if self.never_decays or bool((decay().exp() == 1).all()):  # the memories' rows alone
             core = sparse_rows_delta_rule(state, self.heads, query, key, value, beta)
             if core is not None:
                 return core
         cells = state[:, self.heads]
         core, cells = qwen3_5.torch_recurrent_gated_delta_rule(
-            query, key, value, g=g, beta=beta, initial_state=cells,
+            query, key, value, g=decay(), beta=beta, initial_state=cells,
             output_final_state=True, use_qk_l2norm_in_kernel=True,
         )  # fmt: skip
         state[:, self.heads] = cells

@@ -177,6 +177,29 @@ def test_bad_grid_and_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cannot read" in err
 
 
+def test_a_source_that_is_not_utf8_is_named_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "latin1.cu"
+    path.write_bytes(Path(DOT).read_bytes().replace(b"// The", b"// Th\xe9"))
+    for command in ("run", "compile"):
+        err = expect_error(capsys, command, str(path))
+        assert f"{path} is not UTF-8 text (byte 5: 0xe9)" in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_a_source_without_a_kernel_says_how_to_write_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = kernel_file(tmp_path, "__device__ int twice(int x) { return 2 * x; }\n")
+    err = expect_error(capsys, "compile", path)
+    assert 'defines no kernel: write one as extern "C" __global__' in err
+    two = 'extern "C" __global__ void a(int* p) { *p = 1; }\n'
+    two += 'extern "C" __global__ void b(int* p) { *p = 2; }\n'
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, two, "two.cu"))
+    assert "defines 2 kernels (a, b); name one (--kernel NAME)" in err
+
+
 def test_trace_prints_every_step(capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3", "--trace")
     assert code == 0

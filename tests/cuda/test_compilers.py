@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 from qwengpu.cuda import CompiledPtx, compile_cuda, compilers, find_entry, parse_ptx
-from qwengpu.errors import CompileError, CompilerNotFound, PtxError
+from qwengpu.errors import ArgError, CompileError, CompilerNotFound, PtxError
 
 SOURCE = """\
 extern "C" __global__ void add(const int* a, int* out, int n) {
@@ -127,6 +127,10 @@ def test_bad_arguments():
         compile_cuda(SOURCE, arch="volta")
     with pytest.raises(CompileError, match="-no-such-flag|INVALID_OPTION"):
         compile_cuda(SOURCE, options=["-no-such-flag"])
+    with pytest.raises(ArgError, match="the CUDA source must be text .str., got bytes"):
+        compile_cuda(SOURCE.encode())
+    with pytest.raises(ArgError, match="unknown CUDA compiler 'gcc'"):
+        compile_cuda(SOURCE, compiler="gcc")
 
 
 @needs_nvcc
