@@ -306,6 +306,10 @@ class ConformReport:
 
     @property
     def exit_code(self) -> int:
+        """0 when every case checked passed, 1 when one failed, NOTHING_CHECKED when no case
+        ran (no GPU and no recording, or no case selected): not a pass."""
+        if not self.results:
+            return NOTHING_CHECKED
         return 0 if self.ok else 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -516,8 +520,13 @@ def add_conform_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, metavar="PATH", help="also write the JSON report")
 
 
+NOTHING_CHECKED = 3
+"""`qgpu conform`'s exit code when it checked no case: a script must not read it as a pass."""
+
+
 def conform_cli(args: argparse.Namespace) -> int:
-    """Run `qgpu conform` from parsed arguments; 0 if nothing failed (or skipped)."""
+    """Run `qgpu conform` from parsed arguments; its report's exit code (0: every case
+    checked passed, 1: one failed, NOTHING_CHECKED: none was checked)."""
     replay = bool(getattr(args, "replay", False))
     try:
         report = conform(
