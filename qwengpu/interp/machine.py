@@ -323,7 +323,7 @@ class Interpreter:
             raise StepLimitError(
                 f"launch exceeded its step budget of {self.max_steps} blocks "
                 f"(CTA {state.cta}, warp {w} about to run block B{pending}); "
-                "a runaway loop? raise the budget with --max-steps"
+                + _why_it_ran_on(warp.next_block, w, pending)
             )
         warp = state.warps[w]
         block_no = min(b for b in warp.next_block if b != EXITED)
@@ -486,3 +486,30 @@ def run_program(
     return Interpreter(
         program, geometry, memory, max_steps=max_steps, record_trace=record_trace
     ).run()
+
+
+def _lanes(lanes: list[int], verb: str) -> str:
+    """'lane 0 waits' / 'lanes 1, 2 wait'."""
+    if len(lanes) == 1:
+        return f"lane {lanes[0]} {verb}s"
+    return f"lanes {', '.join(map(str, lanes))} {verb}"
+
+
+def _why_it_ran_on(next_block: list[int], warp: int, pending: int) -> str:
+    """The likely cause of a launch that ran out of steps: lanes of the warp parked at
+    other blocks while the others loop (they may be waiting on each other: a lock or a
+    flag taken inside a warp), else a runaway loop."""
+    parked: dict[int, list[int]] = {}
+    for lane, b in enumerate(next_block):
+        if b not in (EXITED, pending):
+            parked.setdefault(b, []).append(lane)
+    if not parked:
+        return "a runaway loop? raise the budget with --max-steps"
+    looping = [lane for lane, b in enumerate(next_block) if b == pending]
+    waiting = "; ".join(f"{_lanes(lanes, 'wait')} at B{b}" for b, lanes in sorted(parked.items()))
+    return (
+        f"in warp {warp}, {_lanes(looping, 'loop')} while {waiting}: if they wait on each "
+        "other (a lock or flag another lane of the warp sets), the launch cannot end here, "
+        "where a warp always runs its lowest pending block first (docs/isa.md); else raise "
+        "the budget with --max-steps"
+    )

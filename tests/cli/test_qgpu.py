@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,30 @@ def test_runaway_loop_hits_the_step_budget(
         capsys, "run", kernel_file(tmp_path, source), "--arg", "int32:[0,0]", "--max-steps", "200"
     )
     assert "step budget of 200" in err
+    assert "a runaway loop? raise the budget with --max-steps" in err  # no lane waits
+
+
+LOCK = """extern "C" __global__ void lock(int* mutex, int* out)
+{
+    while (atomicCAS(mutex, 0, 1) != 0) { }
+    out[0] += 1;
+    atomicExch(mutex, 0);
+}
+"""
+
+
+def test_a_lock_taken_inside_a_warp_is_named_when_the_budget_runs_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The lane that took the lock waits at the block after the loop while its warp-mate
+    spins (pre-Volta SIMT): the message says so instead of only "a runaway loop"."""
+    path = kernel_file(tmp_path, LOCK)
+    err = expect_error(
+        capsys, "run", path, "--arg", "int32:[0]", "--arg", "int32:[0]", "--block", "2",
+        "--max-steps", "200",
+    )  # fmt: skip
+    assert re.search(r"in warp 0, lane 1 loops while lane 0 waits at B\d+: if they wait on", err)
+    assert "raise the budget with --max-steps" in err and len(err.strip().splitlines()) == 1
 
 
 def test_out_of_range_access_traps(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
