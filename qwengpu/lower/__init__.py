@@ -100,6 +100,7 @@ def lower_kernel(
 ) -> Program:
     """Lower one PTX entry to a Program for `spec`; errors name the PTX line and the limit."""
     layout, params, static_data, shared_words = _layout(module, kernel)
+    layout.constants["WARP_SZ"] = spec.lanes  # warpSize: the target's warp width
     translator = Translator(kernel, layout)
     vblocks = translator.translate()
     legalize(vblocks, spec, translator.temp)

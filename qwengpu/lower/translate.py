@@ -130,9 +130,12 @@ class VBlock:
 
 @dataclass
 class Layout:
-    """Where params and variables live: symbol -> byte address of the flat memory."""
+    """Where params and variables live: symbol -> byte address of the flat memory; and the
+    values of PTX's predefined constants for the target machine (WARP_SZ: its lanes, what
+    CUDA's `warpSize` reads)."""
 
     symbols: dict[str, int]
+    constants: dict[str, int] = field(default_factory=dict)
 
 
 class Translator:
@@ -261,8 +264,11 @@ class Translator:
         return SPECIAL_REGISTERS[operand.name]
 
     def symbol_address(self, name: str) -> int:
+        """A symbol's value: a variable's byte address, or a predefined constant's value."""
         if name in self.layout.symbols:
             return self.layout.symbols[name]
+        if name in self.layout.constants:
+            return self.layout.constants[name]
         raise self.error(f"unknown symbol '{name}'")
 
     def address(self, operand: ir.Operand) -> tuple[int, int]:

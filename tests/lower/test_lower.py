@@ -189,3 +189,19 @@ def test_stores_alone_keeps_a_store_or_atomic_in_a_block_of_its_own() -> None:
     bad = Program("k", (Block((add, store), Terminator(TermKind.EXIT)),), (), 0, 2, 0, spec)
     with pytest.raises(ValueError, match="B0 has a store/atomic and 1 other instructions"):
         bad.validate()
+
+
+@pytest.mark.parametrize("lanes", [4, 2])
+def test_warp_size_is_the_target_machines_lane_count(lanes: int) -> None:
+    """`warpSize` (PTX's WARP_SZ) lowers to the lanes of the machine the program is lowered
+    for, so a kernel that strides by it follows the machine's own warps."""
+    import dataclasses
+
+    from qwengpu.isa.spec import DEFAULT_SPEC
+
+    spec = dataclasses.replace(DEFAULT_SPEC, lanes=lanes, warps=16 // lanes)
+    source = 'extern "C" __global__ void k(int* out) { out[threadIdx.x] = warpSize; }'
+    program = qwengpu.compile(source, spec=spec)
+    out = np.zeros(4, np.int32)
+    qwengpu.launch(program, 1, 4, [out])
+    assert out.tolist() == [lanes] * 4
