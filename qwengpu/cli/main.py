@@ -305,11 +305,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_arguments(p)
     p.set_defaults(func=eval_cli)
 
-    from qwengpu.model.cli import add_build_arguments, add_drift_arguments, build_cli, drift_cli
+    from qwengpu.model.cli import (
+        add_build_arguments,
+        add_drift_arguments,
+        add_verify_arguments,
+        build_cli,
+        drift_cli,
+        verify_cli,
+    )
 
     p = sub.add_parser("build", help="merge the compiled circuit into a Qwen3.5 checkpoint")
     add_build_arguments(p)
     p.set_defaults(func=build_cli)
+
+    p = sub.add_parser("verify", help="check every file of a checkpoint against its manifest")
+    add_verify_arguments(p)
+    p.set_defaults(func=verify_cli)
 
     p = sub.add_parser("drift", help="compare a merged checkpoint's text logits with its base")
     add_drift_arguments(p)

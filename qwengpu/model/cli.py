@@ -93,6 +93,36 @@ def build_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a checkpoint directory from `qgpu build`")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def verify_cli(args: argparse.Namespace) -> int:
+    """Every file's checksum against the manifest, streamed with a progress bar; a pass is
+    remembered, so loading the checkpoint skips its own first-load verification."""
+    from qwengpu.model.manifest import (
+        read_manifest,
+        remember_verified,
+        verify_bar,
+        verify_checkpoint,
+    )
+
+    directory = Path(args.model)
+    listed = read_manifest(directory)
+    files = listed["files"]
+    total = sum(int(entry.get("bytes", 0)) for entry in files.values())
+    with verify_bar(listed) as bar:
+        manifest = verify_checkpoint(directory, deep=True, on_bytes=bar.update)
+    remember_verified(directory, manifest)
+    if args.json:
+        report = {"model": str(directory), "files": len(files), "bytes": total, "ok": True}
+        print(json.dumps(report))
+    else:
+        print(f"{directory}: {len(files)} files, {total / 2**30:.2f} GiB: every checksum matches")
+    return 0
+
+
 def add_drift_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base", default=None, help="the base (as for qgpu build; default $QWENGPU_BASE)"

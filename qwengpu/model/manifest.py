@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from qwengpu.errors import CheckpointError
+from qwengpu.errors import CheckpointError, ModelError
 from qwengpu.isa.spec import MachineSpec
 
 MANIFEST_NAME = "qwengpu_manifest.json"
@@ -25,11 +25,13 @@ FORMAT_VERSION = 1
 QUICK_HASH_LIMIT = 64 << 20  # quick verification hashes files up to this size
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, on_bytes: Callable[[int], None] | None = None) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(16 << 20):
             digest.update(chunk)
+            if on_bytes:
+                on_bytes(len(chunk))
     return digest.hexdigest()
 
 
@@ -79,7 +81,16 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{directory}: checkpoint format {manifest.get('format_version')} is not the "
             f"{FORMAT_VERSION} this qwengpu reads; rebuild it with `qgpu build`"
         )
+    missing = [key for key in REQUIRED_KEYS if not isinstance(manifest.get(key), dict | str)]
+    if missing:
+        raise CheckpointError(
+            f"{path} lacks {', '.join(repr(k) for k in missing)}; rebuild it with `qgpu build`"
+        )
     return manifest
+
+
+REQUIRED_KEYS = ("machine_spec", "compiler_version", "base", "circuit", "layers", "files")
+"""What every manifest `qgpu build` writes holds (a missing one: a damaged manifest)."""
 
 
 def verify_checkpoint(
@@ -88,11 +99,14 @@ def verify_checkpoint(
     compiler_version: str | None = None,
     *,
     deep: bool = False,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a sound checkpoint, or a CheckpointError saying what is wrong.
 
     Quick (default): every file present with its recorded size, files up to 64 MB hashed
-    (config, tokenizer, index, card). deep=True hashes the weight shards too.
+    (config, tokenizer, index, card). deep=True hashes the weight shards too (`on_bytes`
+    hears every chunk read: a progress bar); a shard that fails names its damaged tensors
+    (from the manifest's per-tensor checksums).
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -121,11 +135,94 @@ def verify_checkpoint(
                 f"{directory} is corrupt: {name} has {size} bytes, the manifest says "
                 f"{entry['bytes']}"
             )
-        if (deep or size <= QUICK_HASH_LIMIT) and file_sha256(path) != entry["sha256"]:
+        if (deep or size <= QUICK_HASH_LIMIT) and file_sha256(path, on_bytes) != entry["sha256"]:
             raise CheckpointError(
                 f"{directory} is corrupt: {name} does not match its checksum in the manifest"
+                + _damaged_tensors(path, manifest.get("tensors") or {})
             )
     return manifest
+
+
+def _damaged_tensors(path: Path, recorded: Mapping[str, str]) -> str:
+    """'; damaged: TENSOR, ...' for the tensors of a safetensors file whose bytes no longer
+    match their recorded sha256 ('' when none is recorded or the header is unreadable)."""
+    from qwengpu.model.safetensors_io import read_header
+
+    if not recorded or not path.name.endswith(".safetensors"):
+        return ""
+    try:
+        tensors, _ = read_header(path)
+    except (CheckpointError, ModelError, KeyError, TypeError, ValueError):
+        return "; its header is unreadable"
+    damaged = []
+    with path.open("rb") as f:
+        for name, t in tensors.items():
+            if name not in recorded:
+                continue
+            f.seek(t.start)
+            digest = hashlib.sha256()
+            left = t.nbytes
+            while left > 0:
+                chunk = f.read(min(left, 16 << 20))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                left -= len(chunk)
+            if digest.hexdigest() != recorded[name]:
+                damaged.append(name)
+    if not damaged:
+        return ""
+    more = f" and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+    return f"; damaged: {', '.join(damaged[:3])}{more}"
+
+
+def verify_bar(manifest: Mapping[str, Any]) -> Any:
+    """A progress bar over the bytes of the manifest's files, on a terminal only."""
+    from tqdm.auto import tqdm
+
+    total = sum(int(entry.get("bytes", 0)) for entry in manifest["files"].values())
+    return tqdm(
+        total=total, unit="B", unit_scale=True, desc="qgpu: verifying", leave=False, disable=None
+    )
+
+
+def verified_stamp(directory: Path) -> Path:
+    """Where a deep verification of `directory` is remembered (the user cache)."""
+    from qwengpu.model.tokenizer import cache_root
+
+    key = hashlib.sha256(str(Path(directory).absolute()).encode()).hexdigest()[:32]
+    return cache_root() / "verified" / f"{key}.json"
+
+
+def _fingerprint(directory: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Every listed file's size and modification time, and the manifest's own bytes."""
+    files = {}
+    for name in manifest["files"]:
+        stat = (directory / name).stat()
+        files[name] = [stat.st_size, stat.st_mtime_ns]
+    manifest_bytes = (directory / MANIFEST_NAME).read_bytes()
+    return {"manifest": hashlib.sha256(manifest_bytes).hexdigest(), "files": files}
+
+
+def is_verified(directory: Path, manifest: Mapping[str, Any]) -> bool:
+    """Whether a deep verification of `directory` passed and nothing changed since (each
+    file's size and mtime, the manifest's bytes)."""
+    stamp = verified_stamp(directory)
+    try:
+        return json.loads(stamp.read_text()) == _fingerprint(directory, manifest)
+    except (OSError, ValueError):
+        return False
+
+
+def remember_verified(directory: Path, manifest: Mapping[str, Any]) -> None:
+    """Record that `directory` passed a deep verification (best effort: a cache that
+    cannot be written only costs another verification)."""
+    stamp = verified_stamp(directory)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps(_fingerprint(directory, manifest)))
+    except OSError:
+        pass
 
 
 def load_checkpoint(
@@ -136,12 +233,17 @@ def load_checkpoint(
     dtype: str = "bfloat16",
     vision: bool = False,
     deep: bool = False,
+    on_bytes: Callable[[int], None] | None = None,
 ):
     """(model, tokenizer, manifest) of a verified checkpoint, loaded with plain transformers.
 
-    vision=True loads the image-text class (vision layout only); otherwise the causal LM.
+    The first load of a checkpoint (and the first after any of its files changed: size,
+    mtime) checks every file's checksum (`on_bytes` hears the bytes read), remembered in
+    the user cache; deep=True checks them again. vision=True loads the image-text class
+    (vision layout only); otherwise the causal LM.
     """
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     if dtype not in ("bfloat16", "float32"):
@@ -149,11 +251,25 @@ def load_checkpoint(
             f"dtype {dtype} is not supported: the circuit is exact in bfloat16 and float32 "
             "only (float16 overflows its constants)"
         )
-    manifest = verify_checkpoint(directory, spec, compiler_version, deep=deep)
+    directory = Path(directory)
+    manifest = verify_checkpoint(directory, spec, compiler_version)  # quick: fails fast
+    if deep or not is_verified(directory, manifest):  # every checksum, once per change
+        with verify_bar(manifest) as bar:
+            manifest = verify_checkpoint(
+                directory, spec, compiler_version, deep=True, on_bytes=on_bytes or bar.update
+            )
+        remember_verified(directory, manifest)
     if vision and manifest.get("base", {}).get("layout") != "vlm":
         raise CheckpointError(f"{directory} is a text-only checkpoint: it has no vision tower")
     cls = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    model = cls.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+    try:
+        model = cls.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckpointError(
+            f"{directory}: transformers cannot load it ({type(exc).__name__}: {first}); "
+            "`qgpu verify` checks every file"
+        ) from None
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
     return model, tokenizer, manifest

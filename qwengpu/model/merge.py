@@ -121,8 +121,14 @@ def build_checkpoint(
     try:
         sources = _tensor_sources(base, circuit, input_rows, output_rows, untie, verifier)
         with _byte_bar(sum(t.nbytes for t in sources), enabled=progress is not None) as bar:
+            tensor_hashes: dict[str, str] = {}
             hashes = write_sharded(
-                work, sources, max_shard_bytes, lambda name: say(f"writing {name}"), bar.update
+                work,
+                sources,
+                max_shard_bytes,
+                lambda name: say(f"writing {name}"),
+                bar.update,
+                tensor_hashes,
             )
         config = merged_config(base, circuit, untie)
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -134,6 +140,7 @@ def build_checkpoint(
 
         (work / "README.md").write_text(model_card(manifest))
         manifest["files"] = file_entries(work, hashes)
+        manifest["tensors"] = tensor_hashes  # a damaged shard names its tensor
         (work / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         commit_dir(work, out)
     except BaseException:

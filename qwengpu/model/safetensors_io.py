@@ -99,9 +99,11 @@ def write_safetensors(
     tensors: Sequence[TensorSource],
     metadata: dict[str, str] | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    tensor_hashes: dict[str, str] | None = None,
 ) -> str:
     """Write one safetensors file tensor by tensor; returns its sha256. `on_bytes` hears
-    the size of every chunk of tensor data written (a progress bar)."""
+    the size of every chunk of tensor data written (a progress bar); `tensor_hashes`, when
+    given, gets each tensor's own sha256 (so a damaged file can name its tensor)."""
     header: dict[str, object] = {}
     offset = 0
     for t in tensors:
@@ -121,14 +123,18 @@ def write_safetensors(
             digest.update(piece)
         for t in tensors:
             written = 0
+            own = hashlib.sha256()
             for chunk in t.produce():
                 f.write(chunk)
                 digest.update(chunk)
+                own.update(chunk)
                 written += len(chunk)
                 if on_bytes:
                     on_bytes(len(chunk))
             if written != t.nbytes:
                 raise ModelError(f"{t.name}: produced {written} bytes, expected {t.nbytes}")
+            if tensor_hashes is not None:
+                tensor_hashes[t.name] = own.hexdigest()
     return digest.hexdigest()
 
 
@@ -158,15 +164,19 @@ def write_sharded(
     max_shard_bytes: int,
     on_shard: Callable[[str], None] | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    tensor_hashes: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Write tensors as HF shards (+ index when several); returns {file name: sha256}."""
+    """Write tensors as HF shards (+ index when several); returns {file name: sha256}
+    (`tensor_hashes`: as for write_safetensors)."""
     shards = plan_shards(tensors, max_shard_bytes)
     names = shard_names(len(shards))
     hashes = {}
     for name, shard in zip(names, shards, strict=True):
         if on_shard:
             on_shard(name)
-        hashes[name] = write_safetensors(directory / name, shard, on_bytes=on_bytes)
+        hashes[name] = write_safetensors(
+            directory / name, shard, on_bytes=on_bytes, tensor_hashes=tensor_hashes
+        )
     if len(shards) > 1:
         index = {
             "metadata": {"total_size": sum(t.nbytes for t in tensors)},
