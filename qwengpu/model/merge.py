@@ -34,6 +34,7 @@ from qwengpu.model.manifest import (
     MANIFEST_NAME,
     file_entries,
     read_manifest,
+    remember_verified,
     spec_dict,
 )
 from qwengpu.model.muting import MutingVerifier
@@ -146,6 +147,7 @@ def build_checkpoint(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    remember_verified(out, manifest)  # hashed as written: the first load need not again
     seconds = time.monotonic() - started
     say(f"built {out} in {seconds:.1f} s")
     return BuildResult(out, manifest, seconds)
