@@ -18,6 +18,7 @@ from typing import Any
 
 from qwengpu.errors import CheckpointError, ModelError
 from qwengpu.isa.spec import MachineSpec
+from qwengpu.model.atomic import OWNER_FILE
 
 MANIFEST_NAME = "qwengpu_manifest.json"
 FORMAT = "qwengpu-checkpoint"
@@ -39,7 +40,7 @@ def file_entries(directory: Path, known: Mapping[str, str] | None = None) -> dic
     """{name: {bytes, sha256}} for every file but the manifest (`known`: hashes we have)."""
     entries = {}
     for path in sorted(directory.iterdir()):
-        if path.name == MANIFEST_NAME or not path.is_file():
+        if path.name in (MANIFEST_NAME, OWNER_FILE) or not path.is_file():
             continue
         sha = (known or {}).get(path.name) or file_sha256(path)
         entries[path.name] = {"bytes": path.stat().st_size, "sha256": sha}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from qwengpu.errors import CheckpointError, ModelError
-from qwengpu.model.atomic import commit_dir, work_dir
+from qwengpu.model.atomic import commit_dir, terminate_as_interrupt, work_dir
 from qwengpu.model.base import BaseCheckpoint, Progress, resolve_base
 from qwengpu.model.circuit_layers import BaseInfo, CircuitCompiler, CircuitLayers
 from qwengpu.model.manifest import (
@@ -118,35 +118,36 @@ def build_checkpoint(
     if circuit.exit_bound is not None:  # proven before anything is written
         exit_facts = _exit_facts(base, circuit, output_rows)
         say(f"early exit: {exit_facts['margin']:.0f}x margin over every other LM-head row")
-    work = work_dir(out)
-    try:
-        sources = _tensor_sources(base, circuit, input_rows, output_rows, untie, verifier)
-        with _byte_bar(sum(t.nbytes for t in sources), enabled=progress is not None) as bar:
-            tensor_hashes: dict[str, str] = {}
-            hashes = write_sharded(
-                work,
-                sources,
-                max_shard_bytes,
-                lambda name: say(f"writing {name}"),
-                bar.update,
-                tensor_hashes,
-            )
-        config = merged_config(base, circuit, untie)
-        (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        _write_aux(base, work, circuit)
-        manifest = _manifest(base, circuit, untie, verifier, config)
-        if exit_facts is not None:
-            manifest["circuit"]["early_exit"] = exit_facts
-        from qwengpu.model.card import model_card
+    with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
+        work = work_dir(out)
+        try:
+            sources = _tensor_sources(base, circuit, input_rows, output_rows, untie, verifier)
+            with _byte_bar(sum(t.nbytes for t in sources), enabled=progress is not None) as bar:
+                tensor_hashes: dict[str, str] = {}
+                hashes = write_sharded(
+                    work,
+                    sources,
+                    max_shard_bytes,
+                    lambda name: say(f"writing {name}"),
+                    bar.update,
+                    tensor_hashes,
+                )
+            config = merged_config(base, circuit, untie)
+            (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+            _write_aux(base, work, circuit)
+            manifest = _manifest(base, circuit, untie, verifier, config)
+            if exit_facts is not None:
+                manifest["circuit"]["early_exit"] = exit_facts
+            from qwengpu.model.card import model_card
 
-        (work / "README.md").write_text(model_card(manifest))
-        manifest["files"] = file_entries(work, hashes)
-        manifest["tensors"] = tensor_hashes  # a damaged shard names its tensor
-        (work / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        commit_dir(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            (work / "README.md").write_text(model_card(manifest))
+            manifest["files"] = file_entries(work, hashes)
+            manifest["tensors"] = tensor_hashes  # a damaged shard names its tensor
+            (work / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+            commit_dir(work, out)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
     remember_verified(out, manifest)  # hashed as written: the first load need not again
     seconds = time.monotonic() - started
     say(f"built {out} in {seconds:.1f} s")

@@ -153,11 +153,12 @@ def qwen35_tokenizer_dir() -> Path:
     target = cache_root() / "tokenizer" / _source_key()
     if (target / "tokenizer.json").is_file():
         return target
-    from qwengpu.model.atomic import work_dir
+    from qwengpu.model.atomic import disown, work_dir
 
     work = work_dir(target)
     try:
         _convert(work)
+        disown(work)
         try:
             os.replace(work, target)
         except OSError:  # another process won the race: use its copy

@@ -74,6 +74,43 @@ def test_an_interrupted_build_leaves_nothing(tiny_base, tmp_path):
     _assert_nothing_left(tmp_path)
 
 
+def test_a_terminated_build_leaves_nothing(tiny_base, tmp_path):
+    """SIGTERM (a job scheduler, `kill`) mid-write cleans up as Ctrl-C does."""
+    import os
+    import signal
+
+    def terminate(weights):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(KeyboardInterrupt):
+        build_checkpoint(tiny_base, tmp_path / "merged", Tweaked(_tweak_layer(2, terminate)))
+    _assert_nothing_left(tmp_path)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
+def test_a_dead_builds_directory_is_removed_by_the_next_build(tmp_path):
+    """A build killed outright (SIGKILL, power) leaves its temporary sibling: the next
+    build into the same place removes it when its builder's process is gone, never a live
+    one's."""
+    import socket
+    import subprocess
+    import sys
+
+    from qwengpu.model.atomic import OWNER_FILE, work_dir
+
+    target = tmp_path / "merged"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    stale = tmp_path / ".merged.tmp-dead"
+    stale.mkdir()
+    (stale / "model-00001-of-00002.safetensors").write_bytes(b"partial")
+    (stale / OWNER_FILE).write_text(f"{dead.stdout.strip()} {socket.gethostname()}\n")
+    live = work_dir(target)  # this process: alive
+    assert not stale.exists() and live.exists()
+    again = work_dir(target)
+    assert live.exists() and again.exists()  # a live build's directory stays
+
+
 def test_a_base_without_a_muting_direction_is_refused(qwengpu_cache, tmp_path):
     """Isotropic zero-mean embeddings: no half-space holds the text rows (physics.md)."""
     with pytest.raises(ModelError, match="no muting direction"):
