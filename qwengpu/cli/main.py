@@ -345,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QgpuError as exc:
         print(f"qgpu: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT
+        print("\nqgpu: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

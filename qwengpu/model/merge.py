@@ -169,6 +169,14 @@ def _byte_bar(total: int, enabled: bool) -> Any:
 
 
 def _check_target(out: Path, overwrite: bool) -> None:
+    """Refuse, before any work, a target that cannot be written or would clobber something."""
+    place = out.parent
+    while not place.exists():
+        place = place.parent
+    if not place.is_dir():
+        raise CheckpointError(f"cannot create {out}: {place} is not a directory")
+    if not os.access(place, os.W_OK | os.X_OK):
+        raise CheckpointError(f"cannot create {out}: {place} is not writable")
     if not out.exists():
         return
     if not overwrite:

@@ -254,3 +254,16 @@ def test_a_step_budget_below_one_is_refused(capsys: pytest.CaptureFixture[str], 
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("qgpu run: error: argument --max-steps: ") and "Traceback" not in err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import qwengpu.cuda
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(qwengpu.cuda, "compile_cuda", interrupted)
+    code, _out, err = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3")
+    assert code == 130 and err.strip() == "qgpu: interrupted" and "Traceback" not in err

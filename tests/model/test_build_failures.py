@@ -74,6 +74,30 @@ def test_an_interrupted_build_leaves_nothing(tiny_base, tmp_path):
     _assert_nothing_left(tmp_path)
 
 
+def test_an_unwritable_target_is_refused_before_any_work(tiny_base, tmp_path, monkeypatch):
+    """--out under a file, or in a directory this user cannot write: refused at once, not
+    after the whole build."""
+    import os
+
+    import qwengpu.model.merge as merge
+
+    compiled = []
+    monkeypatch.setattr(merge, "_base_info", lambda base: compiled.append(base))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(CheckpointError, match=r"cannot create .* is not a directory"):
+        build_checkpoint(tiny_base, blocker / "sub" / "merged")
+    real_access = os.access
+
+    def access(path, mode):  # root may write anywhere: this user may not write tmp_path
+        return path != tmp_path and real_access(path, mode)
+
+    monkeypatch.setattr(os, "access", access)
+    with pytest.raises(CheckpointError, match=rf"cannot create .*: {tmp_path} is not writable"):
+        build_checkpoint(tiny_base, tmp_path / "merged")
+    assert not compiled  # nothing was compiled
+
+
 def test_a_terminated_build_leaves_nothing(tiny_base, tmp_path):
     """SIGTERM (a job scheduler, `kill`) mid-write cleans up as Ctrl-C does."""
     import os
