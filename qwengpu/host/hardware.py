@@ -218,10 +218,10 @@ class _Param:
 def _pack_arg(index: int, arg: Any, ptx_size: int | None) -> _Param:
     if isinstance(arg, np.ndarray):
         if arg.dtype.hasobject:
-            raise ArgError(f"argument {index}: object arrays cannot go to the GPU")
+            raise ArgError(f"argument #{index + 1}: object arrays cannot go to the GPU")
         return _Param(index, np.ascontiguousarray(arg), None)
     if isinstance(arg, bool | np.bool_):
-        raise ArgError(f"argument {index}: pass a bool as np.int32/np.uint32")
+        raise ArgError(f"argument #{index + 1}: pass a bool as np.int32/np.uint32")
     if isinstance(arg, np.generic) and arg.dtype.kind in "iuf":
         return _Param(index, None, np.array([arg], dtype=arg.dtype))
     if isinstance(arg, int):
@@ -233,9 +233,9 @@ def _pack_arg(index: int, arg: Any, ptx_size: int | None) -> _Param:
         try:
             return _Param(index, None, np.array([arg], dtype=dtype))
         except OverflowError as exc:
-            raise ArgError(f"argument {index}: {arg} does not fit the parameter") from exc
+            raise ArgError(f"argument #{index + 1}: {arg} does not fit the parameter") from exc
     raise ArgError(
-        f"argument {index}: expected a numpy array or a numpy scalar (np.int32/np.uint32), "
+        f"argument #{index + 1}: expected a numpy array or a numpy scalar (np.int32/np.uint32), "
         f"got {type(arg).__name__}"
     )
 
@@ -250,7 +250,9 @@ def pack_params(ptx: str, entry: str, args: Sequence[Any]) -> list[_Param]:
         for p, want in zip(params, sizes, strict=True):
             if p.size != want:
                 kind = "a pointer (8 bytes)" if p.host is not None else f"{p.size} bytes"
-                raise ArgError(f"argument {p.index}: the kernel wants {want} bytes, got {kind}")
+                raise ArgError(
+                    f"argument #{p.index + 1}: the kernel wants {want} bytes, got {kind}"
+                )
     return params
 
 

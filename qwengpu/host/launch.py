@@ -71,21 +71,21 @@ def check_geometry(program: Program, grid: Dim3, block: Dim3) -> None:
 
 def _scalar_word(value: object, param_name: str, index: int) -> int:
     if isinstance(value, np.ndarray):
-        raise ArgError(f"argument {index} ('{param_name}') is a scalar param; got an array")
+        raise ArgError(f"argument #{index + 1} ('{param_name}') is a scalar param; got an array")
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
         raise ArgError(
-            f"argument {index} ('{param_name}') must be an integer, got {type(value).__name__}"
+            f"argument #{index + 1} ('{param_name}') must be an integer, got {type(value).__name__}"
         )
     number = int(value)
     if not INT32_MIN <= number <= WORD_MASK:
-        raise ArgError(f"argument {index} ('{param_name}') = {number} does not fit in 32 bits")
+        raise ArgError(f"argument #{index + 1} ('{param_name}') = {number} does not fit in 32 bits")
     return number & WORD_MASK
 
 
 def _array_words(array: np.ndarray, param_name: str, index: int) -> np.ndarray:
     if array.dtype.kind not in "iu" or array.dtype.itemsize > WORD_BYTES:
         raise ArgError(
-            f"argument {index} ('{param_name}') has dtype {array.dtype}: qgpu arrays hold "
+            f"argument #{index + 1} ('{param_name}') has dtype {array.dtype}: qgpu arrays hold "
             "integers of at most 32 bits (int8..int32, uint8..uint32)"
         )
     raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
@@ -111,14 +111,20 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
         if isinstance(value, np.ndarray):
             if param.kind != "pointer":
                 raise ArgError(
-                    f"argument {index} ('{param.name}', {param.ctype}) is a scalar param; "
+                    f"argument #{index + 1} ('{param.name}', {param.ctype}) is a scalar param; "
                     "got an array"
+                )
+            if not value.flags.writeable:
+                raise ArgError(
+                    f"argument #{index + 1} ('{param.name}') is a read-only array: the launch "
+                    "writes its results back into it (pass a writable copy: np.array(a))"
                 )
             data = _array_words(value, param.name, index)
             end = next_word + len(data)
             if end > spec.memory_words:
+                needed = end - program.data_base_word
                 raise ArgError(
-                    f"argument {index} ('{param.name}'): arrays need {end - program.data_base_word}"
+                    f"argument #{index + 1} ('{param.name}'): arrays need {needed}"
                     f" words in all, but only {spec.memory_words - program.data_base_word} of the"
                     f" machine's {spec.memory_words} words are free (params "
                     f"{program.param_words}, static {len(program.static_data)}, shared "
@@ -131,7 +137,7 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
         else:
             if param.kind == "pointer":
                 raise ArgError(
-                    f"argument {index} ('{param.name}') is a pointer (64-bit) param and must "
+                    f"argument #{index + 1} ('{param.name}') is a pointer (64-bit) param and must "
                     "be an array (64-bit scalars are not supported)"
                 )
             words[param.word] = _scalar_word(value, param.name, index)

@@ -342,10 +342,10 @@ def test_run_on_gpu_cleanup_error_is_raised(fake_driver) -> None:
     ("args", "message"),
     [
         (add_k_args()[:3], "takes 4 parameters, got 3"),
-        ([*add_k_args()[:3], np.int64(5)], "argument 3: the kernel wants 4 bytes"),
-        ([*add_k_args()[:2], np.zeros(2, np.int32), np.int32(1)], "argument 2: the kernel wants"),
-        ([*add_k_args()[:3], 1.5], "argument 3: expected a numpy array"),
-        ([*add_k_args()[:3], True], "argument 3: pass a bool"),
+        ([*add_k_args()[:3], np.int64(5)], "argument #4: the kernel wants 4 bytes"),
+        ([*add_k_args()[:2], np.zeros(2, np.int32), np.int32(1)], "argument #3: the kernel wants"),
+        ([*add_k_args()[:3], 1.5], "argument #4: expected a numpy array"),
+        ([*add_k_args()[:3], True], "argument #4: pass a bool"),
     ],
 )
 def test_run_on_gpu_bad_args_before_any_call(fake_driver, args: list, message: str) -> None:

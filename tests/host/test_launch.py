@@ -39,3 +39,14 @@ def test_the_api_refuses_a_string_block_before_the_launch():
     assert int(args[2][0]) == 0  # nothing ran
     api.launch(program, 1, (4,), args)
     assert int(args[2][0]) == 32
+
+
+def test_a_read_only_array_is_refused_before_the_launch_numbered_as_the_cli_does():
+    """The results go back into the caller's arrays: a read-only one would fail after the
+    launch ran; it is refused first, numbered from 1 as `--arg #N` is."""
+    program = api.compile(DOT)
+    frozen = np.zeros(1, np.int32)
+    frozen.flags.writeable = False
+    args = [np.array([1, 2, 3], np.int32), np.array([4, 5, 6], np.int32), frozen, np.int32(3)]
+    with pytest.raises(ArgError, match=r"argument #3 \('dot_param_2'\) is a read-only array"):
+        api.launch(program, 1, 4, args)
