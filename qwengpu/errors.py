@@ -18,12 +18,24 @@ class CompilerNotFound(QgpuError):
 class PtxError(QgpuError):
     """The PTX could not be parsed, or uses something the machine does not support."""
 
-    def __init__(self, message: str, line: int = 0, text: str = "") -> None:
+    def __init__(
+        self, message: str, line: int = 0, text: str = "", source: tuple[str, int] | None = None
+    ) -> None:
         where = f"PTX line {line}: " if line else ""
+        if source is not None:  # the CUDA line it came from (the compiler's line info)
+            where = f"{source[0]}:{source[1]}: {where}"
         suffix = f"\n    {text}" if text else ""
         super().__init__(f"{where}{message}{suffix}")
+        self.reason = message
         self.line = line
         self.text = text
+        self.source = source
+
+    def at_source(self, lines: dict[int, tuple[str, int]]) -> PtxError:
+        """This error with the CUDA source line of its PTX line, where `lines` knows it."""
+        if self.source is not None or self.line not in lines:
+            return self
+        return PtxError(self.reason, self.line, self.text, lines[self.line])
 
 
 class ResourceError(QgpuError):

@@ -179,7 +179,8 @@ def _nvrtc_text(lib: ctypes.CDLL, prog: ctypes.c_void_p, what: str) -> str:
 
 def _compile_nvrtc(source: str, filename: str, cc: str, options: list[str]) -> CompiledPtx:
     lib = _load_nvrtc()
-    opts = [f"-arch=compute_{cc}", *_with_default_std(options)]
+    # -lineinfo: .loc directives, so the lowering's errors can name the CUDA line
+    opts = [f"-arch=compute_{cc}", "-lineinfo", *_with_default_std(options)]
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(
         ctypes.byref(prog), source.encode(), filename.encode(), 0, None, None
@@ -235,7 +236,7 @@ def _compile_nvcc(source: str, filename: str, cc: str, options: list[str]) -> Co
     with tempfile.TemporaryDirectory(prefix="qgpu-nvcc-") as tmp:
         src, out = Path(tmp, Path(filename).name), Path(tmp, "out.ptx")
         src.write_text(source)
-        argv = [exe, "-ptx", f"-arch=compute_{cc}", *_with_default_std(options)]
+        argv = [exe, "-ptx", f"-arch=compute_{cc}", "-lineinfo", *_with_default_std(options)]
         ptx, log = _run([*argv, "-o", str(out), str(src)], tmp, out, {str(src): filename})
     if ptx is None:
         raise CompileError(log or f"nvcc failed on {filename}")

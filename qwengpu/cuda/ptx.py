@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from qwengpu.cuda.ptx_ir import (
@@ -85,6 +86,27 @@ class _Tok(NamedTuple):
     kind: str  # "word", "punct", "string" or "eof"
     value: str
     line: int
+
+
+_LOC_LINE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+_FILE_LINE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
+
+
+def source_lines(text: str) -> dict[int, tuple[str, int]]:
+    """The CUDA source line behind each PTX line that has one, from the compiler's `.loc`
+    directives (line info): {PTX line: (file name, line)}; empty without line info."""
+    lines = text.splitlines()
+    files = {int(m[1]): Path(m[2]).name for m in map(_FILE_LINE.match, lines) if m}
+    out: dict[int, tuple[str, int]] = {}
+    loc: tuple[int, int] | None = None
+    for number, line in enumerate(lines, 1):
+        if m := _LOC_LINE.match(line):
+            loc = (int(m[1]), int(m[2]))
+        elif ".entry" in line or ".func" in line:
+            loc = None  # a new function: no line until its first .loc
+        elif loc is not None and loc[1] > 0 and line.strip():
+            out[number] = (files.get(loc[0], "kernel.cu"), loc[1])
+    return out
 
 
 def parse_ptx(text: str) -> Module:

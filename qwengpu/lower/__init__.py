@@ -7,7 +7,10 @@ MachineSpec
 
 from __future__ import annotations
 
+import re
+
 from qwengpu.cuda import ptx_ir as ir
+from qwengpu.cuda.ptx import source_lines
 from qwengpu.errors import PtxError, ResourceError
 from qwengpu.isa.instr import Block, Param, Program, TermKind
 from qwengpu.isa.spec import DEFAULT_SPEC, WORD_BYTES, MachineSpec
@@ -98,7 +101,67 @@ def _layout(
 def lower_kernel(
     module: ir.Module, kernel: ir.Kernel, spec: MachineSpec = DEFAULT_SPEC, *, ptx: str = ""
 ) -> Program:
-    """Lower one PTX entry to a Program for `spec`; errors name the PTX line and the limit."""
+    """Lower one PTX entry to a Program for `spec`; errors name the CUDA line (where the
+    PTX has line info), the PTX line and the limit."""
+    try:
+        return _lower(module, kernel, spec, ptx)
+    except PtxError as exc:
+        raise exc.at_source(source_lines(ptx)) from None
+    except ResourceError as exc:
+        raise ResourceError(_with_source(str(exc), source_lines(ptx))) from None
+
+
+def _with_source(message: str, lines: dict[int, tuple[str, int]]) -> str:
+    """`message` with the CUDA line after each "PTX line N" that has one."""
+
+    def named(match: re.Match) -> str:
+        found = lines.get(int(match[1]))
+        return match[0] if found is None else f"{match[0]} ({found[0]}:{found[1]})"
+
+    return re.sub(r"PTX line (\d+)", named, message)
+
+
+CALLS = {
+    "vprintf": "printf is not supported: the machine has no host output; store the values "
+    "in an output array and print them on the host",
+    "malloc": "device malloc is not supported: the machine has no heap; pass a scratch "
+    "array as a kernel argument",
+    "free": "device free is not supported: the machine has no heap (no malloc either)",
+    "__assertfail": "assert is not supported: the machine cannot stop with a message; "
+    "write a flag into an output array",
+}
+"""What a call to a CUDA runtime function in the PTX was, in the source, and the way out."""
+
+
+def _refuse_calls(kernel: ir.Kernel) -> None:
+    """A call the compiler left (printf, malloc, assert, a __noinline__ or recursive
+    function, a function pointer) refused by what it is in CUDA, not by its PTX."""
+    for instr in kernel.body:
+        if not isinstance(instr, ir.Instruction) or instr.opcode != "call":
+            continue
+        callee = next(o for o in instr.operands if not isinstance(o, ir.ParamList))
+        if isinstance(callee, ir.Sym):
+            message = CALLS.get(
+                callee.name,
+                f"a call to '{_demangled(callee.name)}' is not supported: device functions must be "
+                "inlined (drop __noinline__; a recursive function cannot be)",
+            )
+        else:
+            message = "calls through function pointers are not supported"
+        raise PtxError(message, instr.line, instr.text)
+
+
+def _demangled(name: str) -> str:
+    """The function name of a C++-mangled symbol (`_Z5twicei` -> `twice`), else `name`."""
+    match = re.match(r"_Z(\d+)", name)
+    if match is None:
+        return name
+    start = match.end()
+    return name[start : start + int(match[1])] or name
+
+
+def _lower(module: ir.Module, kernel: ir.Kernel, spec: MachineSpec, ptx: str) -> Program:
+    _refuse_calls(kernel)
     layout, params, static_data, shared_words = _layout(module, kernel)
     layout.constants["WARP_SZ"] = spec.lanes  # warpSize: the target's warp width
     translator = Translator(kernel, layout)

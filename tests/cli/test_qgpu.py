@@ -267,3 +267,30 @@ def test_ctrl_c_is_one_line_and_exit_130(
     monkeypatch.setattr(qwengpu.cuda, "compile_cuda", interrupted)
     code, _out, err = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3")
     assert code == 130 and err.strip() == "qgpu: interrupted" and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        ('    printf("%d\\n", a[0]);', 4, "printf is not supported: the machine has no host"),
+        ("    int* p = (int*)malloc(16);\n    p[0] = 1;\n    a[0] = p[0];", 4,
+         "device malloc is not supported: the machine has no heap"),
+        ("    a[0] = twice(a[1]);", 4, "a call to 'twice' is not supported: device functions must"),
+    ],
+    ids=["printf", "malloc", "noinline"],
+)  # fmt: skip
+def test_a_call_is_named_by_its_cuda_construct_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, line: int, message: str
+) -> None:
+    source = "__device__ __noinline__ int twice(int x) { return 2 * x; }\n"
+    source += 'extern "C" __global__ void k(int* a)\n{\n' + body + "\n}\n"
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert err.startswith(f"qgpu: error: k.cu:{line}: PTX line ") and message in err
+
+
+def test_an_unsupported_instruction_names_its_cuda_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = 'extern "C" __global__ void k(float* a)\n{\n    a[threadIdx.x] = a[0] * 2.5f;\n}\n'
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert err.startswith("qgpu: error: k.cu:3: PTX line ") and "floating-point" in err
