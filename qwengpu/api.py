@@ -27,9 +27,18 @@ def compile(  # noqa: A001 - the CuPy/NVRTC verb
     options: Sequence[str] = (),
     filename: str = "kernel.cu",
 ) -> Program:
-    """Compile CUDA C++ to PTX and lower kernel `name` (the only one if None) to a Program."""
-    ptx = compile_cuda(code, filename=filename, compiler=compiler, options=options).ptx
-    return lower_ptx(ptx, name, spec=spec)
+    """Compile CUDA C++ to PTX and lower kernel `name` (the only one if None) to a Program.
+    A template instance (`reduce0<int>`) is instantiated by name (NVRTC)."""
+    names = [name] if name is not None and is_name_expression(name) else []
+    compiled = compile_cuda(
+        code, filename=filename, compiler=compiler, options=options, names=names
+    )
+    return lower_ptx(compiled.ptx, compiled.lowered.get(name, name), spec=spec)
+
+
+def is_name_expression(name: str) -> bool:
+    """Whether a kernel name needs the compiler to resolve it: a template instance."""
+    return "<" in name
 
 
 def model_spec(model: Any = None, dtype: str = "float32") -> MachineSpec:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qwengpu.cuda import CompiledPtx, compile_cuda
 from qwengpu.errors import ArgError, QgpuError
 from qwengpu.host.argspec import parse_arg_spec, parse_dim3
 
@@ -36,6 +37,21 @@ def _read_source(path: str) -> str:
         ) from None
 
 
+def _compile(args: argparse.Namespace, source: str) -> CompiledPtx:
+    """The file's PTX; a --kernel that is a template instance (`reduce0<int>`) is
+    instantiated and named by the compiler."""
+    from qwengpu.api import is_name_expression
+
+    kernel = args.kernel
+    names = [kernel] if kernel and is_name_expression(kernel) else []
+    return compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler, names=names)
+
+
+def _kernel(args: argparse.Namespace, compiled: CompiledPtx) -> str | None:
+    """The PTX name of --kernel (the compiler's, for a template instance)."""
+    return compiled.lowered.get(args.kernel, args.kernel)
+
+
 def _jsonable(value: object) -> object:
     if isinstance(value, np.ndarray):
         return value.tolist()
@@ -50,14 +66,13 @@ def _say(message: str) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from qwengpu.api import lower_ptx
-    from qwengpu.cuda import compile_cuda
     from qwengpu.isa.listing import format_listing
 
     source = _read_source(args.file)
-    compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
+    compiled = _compile(args, source)
     if args.ptx:
         print(compiled.ptx)
-    program = lower_ptx(compiled.ptx, args.kernel)
+    program = lower_ptx(compiled.ptx, _kernel(args, compiled))
     if args.listing or not args.ptx:
         print(format_listing(program))
     return 0
@@ -65,20 +80,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from qwengpu.api import launch, lower_ptx
-    from qwengpu.cuda import compile_cuda
 
     launch_args = [parse_arg_spec(spec, i) for i, spec in enumerate(args.arg or [])]
     grid = parse_dim3(args.grid, "--grid")
     block = parse_dim3(args.block, "--block")
     source = _read_source(args.file)
-    compiled = compile_cuda(source, filename=Path(args.file).name, compiler=args.compiler)
+    compiled = _compile(args, source)
     if args.backend == "model":
         from qwengpu.host.model_backend import end_progress, model_backend, stderr_progress
 
         backend = model_backend(
             args.model, dtype=args.dtype, base=args.base, device=args.device, progress=_say
         )
-        program = lower_ptx(compiled.ptx, args.kernel, spec=backend.machine.spec)
+        program = lower_ptx(
+            compiled.ptx, compiled.lowered.get(args.kernel, args.kernel), spec=backend.machine.spec
+        )
         try:
             result = launch(
                 program,
@@ -96,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             end_progress()  # an error message starts on its own line
     else:
-        program = lower_ptx(compiled.ptx, args.kernel)
+        program = lower_ptx(compiled.ptx, _kernel(args, compiled))
         result = launch(
             program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
         )
@@ -247,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile a kernel and print its machine listing")
     p.add_argument("file")
-    p.add_argument("--kernel", help="kernel name (default: the only one)")
+    p.add_argument(
+        "--kernel", help="kernel name (default: the only one); a template instance: 'k<int>'"
+    )
     p.add_argument("--ptx", action="store_true", help="print the PTX")
     p.add_argument("--listing", action="store_true", help="print the machine listing")
     p.add_argument("--compiler", choices=compilers, default="auto")
@@ -260,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="compile and launch a kernel")
     p.add_argument("file")
-    p.add_argument("--kernel", help="kernel name (default: the only one)")
+    p.add_argument(
+        "--kernel", help="kernel name (default: the only one); a template instance: 'k<int>'"
+    )
     p.add_argument("--grid", default="1", help="N or X,Y,Z (default 1)")
     p.add_argument("--block", default="4", help="N or X,Y,Z (default 4)")
     p.add_argument(

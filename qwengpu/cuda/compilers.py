@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qwengpu.cuda.ptx_ir import Kernel, Module
@@ -33,6 +33,8 @@ class CompiledPtx:
     ptx: str
     compiler: str  # the compiler that produced it: "nvrtc", "clang" or "nvcc"
     log: str  # the compiler's messages (warnings), normalised like errors
+    lowered: dict[str, str] = field(default_factory=dict)
+    """Each name expression asked for (`reduce0<int>`) -> its PTX name (NVRTC only)."""
 
 
 def compile_cuda(
@@ -42,12 +44,15 @@ def compile_cuda(
     compiler: str = "auto",
     arch: str = "sm_75",
     options: Sequence[str] = (),
+    names: Sequence[str] = (),
 ) -> CompiledPtx:
     """Compile CUDA C++ `source` to PTX text.
 
     `compiler` is "nvrtc", "clang", "nvcc" or "auto" (the first of those that is
     installed). `options` go to the compiler verbatim, after qwengpu's own. `filename`
-    is only the name compile errors are reported against.
+    is only the name compile errors are reported against. `names`: kernels by C++ name
+    expression (`reduce0<int>`, `ns::k`), which NVRTC instantiates and whose PTX names
+    it reports in `lowered`.
     """
     if not isinstance(source, str):
         raise ArgError(f"the CUDA source must be text (str), got {type(source).__name__}")
@@ -55,6 +60,8 @@ def compile_cuda(
         raise ArgError(f"unknown CUDA compiler {compiler!r}; use auto, {', '.join(COMPILERS)}")
     cc = _compute_capability(arch)
     opts = list(options)
+    if compiler == "nvrtc" or (compiler == "auto" and names):
+        return _compile_nvrtc(source, filename, cc, opts, names)
     if compiler != "auto":
         return _BACKENDS[compiler](source, filename, cc, opts)
     missing = []
@@ -161,6 +168,8 @@ def _declare_nvrtc(lib: ctypes.CDLL) -> None:
         "nvrtcGetProgramLogSize": [p, sz],
         "nvrtcGetProgramLog": [p, ctypes.c_char_p],
         "nvrtcDestroyProgram": [ctypes.POINTER(p)],
+        "nvrtcAddNameExpression": [p, cstr],
+        "nvrtcGetLoweredName": [p, cstr, ctypes.POINTER(cstr)],
     }
     for name, args in sigs.items():
         fn = getattr(lib, name)
@@ -177,7 +186,13 @@ def _nvrtc_text(lib: ctypes.CDLL, prog: ctypes.c_void_p, what: str) -> str:
     return buf.value.decode(errors="replace")
 
 
-def _compile_nvrtc(source: str, filename: str, cc: str, options: list[str]) -> CompiledPtx:
+NAME_MAP = "__nv_name_map"
+"""The pseudo-file NVRTC reports a bad name expression's errors against."""
+
+
+def _compile_nvrtc(
+    source: str, filename: str, cc: str, options: list[str], names: Sequence[str] = ()
+) -> CompiledPtx:
     lib = _load_nvrtc()
     # -lineinfo: .loc directives, so the lowering's errors can name the CUDA line
     opts = [f"-arch=compute_{cc}", "-lineinfo", *_with_default_std(options)]
@@ -188,12 +203,25 @@ def _compile_nvrtc(source: str, filename: str, cc: str, options: list[str]) -> C
     if rc != _NVRTC_SUCCESS:
         raise CompileError(f"NVRTC could not create a program: {_nvrtc_error(lib, rc)}")
     try:
+        for name in names:  # instantiated (templates) and named by NVRTC
+            lib.nvrtcAddNameExpression(prog, name.encode())
         argv = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
         rc = lib.nvrtcCompileProgram(prog, len(opts), argv)
         log = _normalise_log(_nvrtc_text(lib, prog, "ProgramLog"), {})
+        if rc != _NVRTC_SUCCESS and NAME_MAP in log:  # a name expression's own error
+            reason = log.split("error: ", 1)[-1].splitlines()[0].strip()
+            asked = ", ".join(repr(n) for n in names)
+            raise CompileError(f"{filename}: {asked} names no kernel of the source ({reason})")
         if rc != _NVRTC_SUCCESS:
             raise CompileError(log or f"NVRTC failed: {_nvrtc_error(lib, rc)}")
-        return CompiledPtx(_nvrtc_text(lib, prog, "PTX"), "nvrtc", log)
+        lowered = {}
+        for name in names:
+            found = ctypes.c_char_p()
+            rc = lib.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(found))
+            if rc != _NVRTC_SUCCESS or not found.value:
+                raise CompileError(f"{filename}: no kernel {name!r} in the source")
+            lowered[name] = found.value.decode()
+        return CompiledPtx(_nvrtc_text(lib, prog, "PTX"), "nvrtc", log, lowered)
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 

@@ -259,12 +259,12 @@ def test_a_step_budget_below_one_is_refused(capsys: pytest.CaptureFixture[str], 
 def test_ctrl_c_is_one_line_and_exit_130(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qwengpu.cuda
+    import qwengpu.cli.main as cli
 
     def interrupted(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(qwengpu.cuda, "compile_cuda", interrupted)
+    monkeypatch.setattr(cli, "compile_cuda", interrupted)
     code, _out, err = run_cli(capsys, "run", DOT, *DOT_ARGS, "--arg", "int32:3")
     assert code == 130 and err.strip() == "qgpu: interrupted" and "Traceback" not in err
 
@@ -294,3 +294,31 @@ def test_an_unsupported_instruction_names_its_cuda_line(
     source = 'extern "C" __global__ void k(float* a)\n{\n    a[threadIdx.x] = a[0] * 2.5f;\n}\n'
     err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
     assert err.startswith("qgpu: error: k.cu:3: PTX line ") and "floating-point" in err
+
+
+TEMPLATE = """template <typename T>
+__global__ void reduce0(const T* in, T* out, int n)
+{
+    T sum = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        sum += in[i];
+    atomicAdd(out, sum);
+}
+"""
+
+
+def test_a_template_kernel_runs_by_its_instance_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--kernel 'reduce0<int>'`: NVRTC instantiates it by name (no explicit instantiation
+    in the source) and the run finds its mangled PTX name."""
+    path = kernel_file(tmp_path, TEMPLATE)
+    args = ["--arg", "int32:[1,2,3,4,5]", "--arg", "int32:[0]", "--arg", "int32:5"]
+    code, out, err = run_cli(capsys, "run", path, "--kernel", "reduce0<int>", *args)
+    assert code == 0, err
+    assert out.splitlines()[1].endswith("= [15]")
+    unsigned = ["--arg", "uint32:[7,8]", "--arg", "uint32:[0]", "--arg", "int32:2"]
+    code, out, err = run_cli(capsys, "run", path, "--kernel", "reduce0<unsigned int>", *unsigned)
+    assert code == 0 and out.splitlines()[1].endswith("= [15]"), err
+    err = expect_error(capsys, "run", path, "--kernel", "reduce9<int>", *args)
+    assert "k.cu: 'reduce9<int>' names no kernel of the source (identifier" in err
