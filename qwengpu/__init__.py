@@ -17,6 +17,7 @@ _EXPORTS = {
     "compile": "qwengpu.api",
     "launch": "qwengpu.api",
     "lower_ptx": "qwengpu.api",
+    "at": "qwengpu.host.launch",
     "QgpuError": "qwengpu.errors",
     "MachineSpec": "qwengpu.isa.spec",
     "DEFAULT_SPEC": "qwengpu.isa.spec",

@@ -13,6 +13,7 @@ import numpy as np
 from qwengpu.cuda import CompiledPtx, compile_cuda
 from qwengpu.errors import ArgError, QgpuError
 from qwengpu.host.argspec import parse_arg_spec, parse_dim3
+from qwengpu.host.launch import ArrayAt
 
 
 def _step_budget(text: str) -> int:
@@ -53,6 +54,8 @@ def _kernel(args: argparse.Namespace, compiled: CompiledPtx) -> str | None:
 
 
 def _jsonable(value: object) -> object:
+    if isinstance(value, ArrayAt):
+        value = value.array  # the whole array: the kernel may write before the pointer
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.integer):
@@ -287,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--arg",
         action="append",
         metavar="SPEC",
-        help="argument in parameter order: int32:[1,2,3] (array) or uint32:7 (scalar)",
+        help="argument in parameter order: int32:[1,2,3] (array), int32:[0,1,2,3]+1 (a pointer "
+        "1 element into the array) or uint32:7 (scalar)",
     )
     p.add_argument(
         "--backend",

@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from qwengpu.errors import ArgError
-from qwengpu.host.launch import Dim3, dim3
+from qwengpu.host.launch import Dim3, at, dim3
 
 ARG_DTYPES = {
     "int8": np.int8,
@@ -22,8 +22,21 @@ ARG_DTYPES = {
 ARG_SPEC = re.compile(r"^(?P<dtype>[a-z0-9]+):(?P<value>.*)$", re.S)
 
 
+POINTER_OFFSET = re.compile(r"^(?P<array>.*\])\s*\+\s*(?P<offset>\d+)$", re.S)
+
+
 def parse_arg_spec(spec: str, position: int) -> object:
-    """`int32:[1,2,3]` -> numpy array; `uint32:7` -> numpy scalar."""
+    """`int32:[1,2,3]` -> numpy array; `uint32:7` -> numpy scalar; `int32:[0,1,2,3]+1` ->
+    the array passed as a pointer 1 element past its start (launch.ArrayAt)."""
+    shifted = POINTER_OFFSET.match(spec.strip())
+    if shifted:
+        array = parse_arg_spec(shifted["array"], position)
+        if not isinstance(array, np.ndarray):  # pragma: no cover - the pattern ends in ]
+            raise ArgError(f"--arg #{position + 1} '{spec}': only an array takes a +offset")
+        try:
+            return at(array, int(shifted["offset"]))
+        except ArgError as exc:
+            raise ArgError(f"--arg #{position + 1} '{spec}': {exc}") from None
     where = f"--arg #{position + 1} '{spec}'"
     match = ARG_SPEC.match(spec.strip())
     if not match:

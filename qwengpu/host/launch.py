@@ -93,6 +93,26 @@ def _array_words(array: np.ndarray, param_name: str, index: int) -> np.ndarray:
     return np.frombuffer(raw, dtype="<u4")
 
 
+@dataclass(frozen=True)
+class ArrayAt:
+    """A pointer argument `offset` elements into `array`, as a host passes `d_in + RADIUS`:
+    the whole array is copied in (the kernel may read before the pointer) and back."""
+
+    array: np.ndarray
+    offset: int
+
+
+def at(array: np.ndarray, offset: int) -> ArrayAt:
+    """`array` passed as a pointer `offset` elements past its start (0 <= offset <= len)."""
+    if not isinstance(array, np.ndarray):
+        raise ArgError(f"at(): expected a numpy array, got {type(array).__name__}")
+    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
+        raise ArgError(f"at(): the offset must be an int, got {offset!r}")
+    if not 0 <= int(offset) <= array.size:
+        raise ArgError(f"at(): offset {offset} is outside the array's {array.size} elements")
+    return ArrayAt(array, int(offset))
+
+
 def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
     """The memory image of a launch: params, zeroed shared memory, then the arrays."""
     spec = program.spec
@@ -107,7 +127,8 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
     words[base : base + len(program.static_data)] = program.static_data
     next_word = program.data_base_word
     slots = []
-    for index, (param, value) in enumerate(zip(program.params, args, strict=True)):
+    for index, (param, arg) in enumerate(zip(program.params, args, strict=True)):
+        value, offset = (arg.array, arg.offset) if isinstance(arg, ArrayAt) else (arg, 0)
         if isinstance(value, np.ndarray):
             if param.kind != "pointer":
                 raise ArgError(
@@ -131,7 +152,7 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
                     f"{program.shared_words})"
                 )
             words[next_word:end] = [int(w) for w in data]
-            words[param.word] = next_word * WORD_BYTES
+            words[param.word] = next_word * WORD_BYTES + offset * value.itemsize
             slots.append(ArraySlot(index, next_word, len(data), value))
             next_word = end
         else:

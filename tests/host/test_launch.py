@@ -50,3 +50,40 @@ def test_a_read_only_array_is_refused_before_the_launch_numbered_as_the_cli_does
     args = [np.array([1, 2, 3], np.int32), np.array([4, 5, 6], np.int32), frozen, np.int32(3)]
     with pytest.raises(ArgError, match=r"argument #3 \('dot_param_2'\) is a read-only array"):
         api.launch(program, 1, 4, args)
+
+
+STENCIL = """extern "C" __global__ void stencil(const int* in, int* out, int n)
+{
+    int i = threadIdx.x;
+    if (i < n)
+        out[i] = in[i - 1] + in[i] + in[i + 1];
+}
+"""
+
+
+def test_a_pointer_into_an_array_reads_before_it():
+    """`qwengpu.at(a, 1)` is `d_in + 1`: the kernel reads in[-1] (the array's first
+    element), as cuda-samples' stencils do with RADIUS."""
+    import qwengpu
+
+    program = api.compile(STENCIL)
+    data = np.array([1, 2, 3, 4, 5, 6], np.int32)
+    out = np.zeros(4, np.int32)
+    qwengpu.launch(program, 1, 4, [qwengpu.at(data, 1), out, np.int32(4)])
+    assert out.tolist() == [6, 9, 12, 15]
+    with pytest.raises(ArgError, match="offset 7 is outside the array's 6 elements"):
+        qwengpu.at(data, 7)
+
+
+def test_the_cli_takes_a_pointer_offset(capsys, tmp_path):
+    from qwengpu.cli.main import main
+
+    path = tmp_path / "stencil.cu"
+    path.write_text(STENCIL)
+    args = ["--arg", "int32:[1,2,3,4,5,6]+1", "--arg", "int32:[0,0,0,0]", "--arg", "int32:4"]
+    assert main(["run", str(path), *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "stencil_param_0 = [1, 2, 3, 4, 5, 6]"
+    assert lines[1] == "stencil_param_1 = [6, 9, 12, 15]"
+    assert main(["run", str(path), "--arg", "int32:[1,2]+3", *args[2:]]) == 1
+    assert "offset 3 is outside the array's 2 elements" in capsys.readouterr().err
