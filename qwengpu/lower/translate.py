@@ -454,7 +454,7 @@ class Translator:
             if m in SPACES:
                 space = m
             elif m in ("v2", "v4", "v8"):
-                raise self.error("vector loads/stores are not supported")
+                continue  # a vector access: op_ld / op_st take it element by element
             elif (t := Ty.parse(m)) is not None:
                 ty = t
         if ty is None:
@@ -463,11 +463,28 @@ class Translator:
             raise self.error("local memory (stack arrays, spills) is not supported")
         return space, ty
 
+    def vector_elements(self, vector: ir.Vector, ty: Ty) -> list[tuple[int, ir.Reg | ir.Imm]]:
+        """A vector access (ld/st .v2/.v4) as its elements: (byte offset, operand) each,
+        `_` elements left out; the elements are consecutive, as CUDA's int2/int4."""
+        if ty.is_float:
+            raise self.error("floating-point vector accesses are not supported (integer-only)")
+        if ty.width > WORD_BITS:
+            self.refuse_wide(ty, "vector access")
+        size = ty.width // BITS_PER_BYTE
+        return [
+            (k * size, e)
+            for k, e in enumerate(vector.elems)
+            if not (isinstance(e, ir.Reg) and e.name == "_")
+        ]
+
     def op_ld(self, instr: ir.Instruction) -> None:
         space, ty = self.space_and_type(instr)
         dst, src = instr.operands
-        if isinstance(dst, ir.Vector):
-            raise self.error("vector loads are not supported")
+        if isinstance(dst, ir.Vector):  # int2 / int4 loads: one load per element
+            for at, element in self.vector_elements(dst, ty):
+                address = replace(src, offset=src.offset + at) if isinstance(src, ir.Addr) else src
+                self.op_ld(replace(instr, operands=(element, address)))
+            return
         base, offset = self.address(src)
         d = self.reg(dst)
         if space == "param":
@@ -507,8 +524,11 @@ class Translator:
     def op_st(self, instr: ir.Instruction) -> None:
         space, ty = self.space_and_type(instr)
         dst, src = instr.operands
-        if isinstance(src, ir.Vector):
-            raise self.error("vector stores are not supported")
+        if isinstance(src, ir.Vector):  # int2 / int4 stores: one store per element
+            for at, element in self.vector_elements(src, ty):
+                address = replace(dst, offset=dst.offset + at) if isinstance(dst, ir.Addr) else dst
+                self.op_st(replace(instr, operands=(address, element)))
+            return
         if space == "param":
             raise self.error("stores to param space are not supported")
         if ty.is_float:

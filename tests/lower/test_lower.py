@@ -205,3 +205,24 @@ def test_warp_size_is_the_target_machines_lane_count(lanes: int) -> None:
     out = np.zeros(4, np.int32)
     qwengpu.launch(program, 1, 4, [out])
     assert out.tolist() == [lanes] * 4
+
+
+@pytest.mark.parametrize(
+    ("source", "args", "want"),
+    [
+        ("const int4* in, int* out) { int4 v = in[threadIdx.x];"
+         " out[threadIdx.x] = v.x + v.y * v.z - v.w; }",
+         [np.arange(1, 9, dtype=np.int32), np.zeros(2, np.int32)], [3, 39]),
+        ("int2* io) { int2 v = io[threadIdx.x]; io[threadIdx.x] = make_int2(v.y, -v.x); }",
+         [np.array([1, 2, 3, 4], np.int32)], [2, -1, 4, -3]),
+        ("const char4* in, int* out) { char4 c = in[threadIdx.x];"
+         " out[threadIdx.x] = c.x - c.y + c.z * c.w; }",
+         [np.array([1, 2, 3, 4, -5, 6, 7, 8], np.int8), np.zeros(2, np.int32)], [11, 45]),
+    ],
+    ids=["int4 load", "int2 load and store", "char4 load"],
+)  # fmt: skip
+def test_vector_loads_and_stores_run_element_by_element(source, args, want) -> None:
+    """ld/st.v2/.v4 (CUDA's int2, int4, char4) expand into one access per element."""
+    program = qwengpu.compile('extern "C" __global__ void k(' + source)
+    qwengpu.launch(program, 1, 2, args)
+    assert args[-1].tolist() == want
