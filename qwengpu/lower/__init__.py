@@ -52,10 +52,12 @@ def _layout(
     params = []
     symbols: dict[str, int] = {}
     for index, param in enumerate(kernel.params):
-        if param.size_bytes > 8:
+        aggregate = param.size_bytes != _type_bytes(param.ptx_type)  # `.b8 name[N]`
+        if param.size_bytes > 8 or aggregate:
             raise PtxError(
-                f"param '{param.name}' is {param.size_bytes} bytes: only 32-bit scalars and "
-                "pointers are supported (no structs or arrays by value)",
+                f"param #{index + 1} ('{param.name}') is a struct or vector passed by value "
+                f"({param.size_bytes} bytes): only 32-bit scalars and pointers are supported; "
+                "pass its fields as separate int parameters, or a pointer to it",
                 kernel.line,
             )
         kind = "pointer" if param.size_bytes == 8 else "scalar"

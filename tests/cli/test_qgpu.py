@@ -322,3 +322,22 @@ def test_a_template_kernel_runs_by_its_instance_name(
     assert code == 0 and out.splitlines()[1].endswith("= [15]"), err
     err = expect_error(capsys, "run", path, "--kernel", "reduce9<int>", *args)
     assert "k.cu: 'reduce9<int>' names no kernel of the source (identifier" in err
+
+
+@pytest.mark.parametrize(
+    "signature",
+    ["int2 p, int* out", "P p, int* out"],
+    ids=["int2", "struct"],
+)
+def test_a_struct_passed_by_value_is_refused_not_misread(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, signature: str
+) -> None:
+    """An 8-byte aggregate param used to be laid out as a pointer word, and the kernel read
+    the next param's slot as its second field (a wrong value, exit 0): refused instead."""
+    source = "struct P { int a, b; };\n"
+    source += f'extern "C" __global__ void k({signature}) {{ out[0] = p.x * 10 + p.y; }}\n'
+    source = source.replace("p.x", "p.a").replace("p.y", "p.b") if "P p" in signature else source
+    err = expect_error(
+        capsys, "run", kernel_file(tmp_path, source), "--arg", "int32:[1,2]", "--arg", "int32:[0]"
+    )
+    assert "param #1 ('k_param_0') is a struct or vector passed by value (8 bytes)" in err
