@@ -136,9 +136,10 @@ class LiveMlp:
             return None  # nothing to skip: the module's own forward
         rows = live.nonzero().squeeze(1)
         gate_up = [gate[rows], up[rows]]
+        products = LiveLinears(*gate_up)
         return cls(
-            LiveLinears(*gate_up),
-            LiveLinears(*(_without(w, launch_zero) for w in gate_up)),
+            products,
+            _launch_products(gate_up, launch_zero, products),
             LiveLinear(down[:, rows]),
             mlp.act_fn,
             down.shape[0],
@@ -153,6 +154,16 @@ class LiveMlp:
             return x.new_zeros(*x.shape[:-1], self.hidden)
         gate, up = (self.launch_gate_up if x.shape[1] == 1 else self.gate_up)(x)
         return self.down(self.act(gate) * up)
+
+
+def _launch_products(
+    weights: list[torch.Tensor], launch_zero: torch.Tensor | None, products: LiveLinears
+) -> LiveLinears:
+    """The products of `weights` for one-token passes: without the launch-zero columns, or
+    `products` itself when there are none (no second copy of the same weights)."""
+    if launch_zero is None or not len(launch_zero):
+        return products
+    return LiveLinears(*(_without(w, launch_zero) for w in weights))
 
 
 def _without(weight: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
@@ -219,13 +230,14 @@ class LiveDeltaNet:
             attn.in_proj_a.weight[heads],
         ]
         conv = attn.conv1d.weight.squeeze(1)[channels]
+        inputs = LiveLinears(*projections)
         return cls(
             module=attn,
             heads=heads,
             channels=channels,
             runs=_runs(channels),
-            inputs=LiveLinears(*projections),
-            launch_inputs=LiveLinears(*(_without(w, launch_zero) for w in projections)),
+            inputs=inputs,
+            launch_inputs=_launch_products(projections, launch_zero, inputs),
             conv=conv,
             identity_conv=bool((conv[:, :-1] == 0).all() and (conv[:, -1] == 1).all()),
             never_decays=bool((attn.A_log[heads].float().exp() == 0).all()),
