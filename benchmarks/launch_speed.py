@@ -21,7 +21,7 @@ import time
 import zlib
 
 import numpy as np
-from suite_cases import load_suite
+from suite_cases import compile_case, load_suite
 
 KERNELS = ("dot", "collatz", "matmul4")
 
@@ -35,9 +35,7 @@ def requests(backend, names: list[str]) -> list:
     suite = load_suite()
     cases = {c.name: c for c in suite.CASES}
     spec = backend.machine.spec
-    programs = {
-        n: api.compile(suite.load_source(cases[n]), cases[n].kernel, spec=spec) for n in set(names)
-    }
+    programs = {n: compile_case(suite, cases[n], spec) for n in set(names)}
     out = []
     for k, name in enumerate(names):
         case = cases[name]

@@ -25,7 +25,7 @@ import time
 import zlib
 
 import numpy as np
-from suite_cases import load_suite
+from suite_cases import compile_case, load_suite
 
 DEFAULT_CASES = "dot,reduce_sum,collatz,histogram,matmul4,shfl_down,binary_search"
 
@@ -39,7 +39,7 @@ def requests(suite, names: list[str], spec) -> list:
     out = []
     for name in names:
         case = cases[name]
-        program = api.compile(suite.load_source(case), case.kernel, spec=spec)
+        program = compile_case(suite, case, spec)
         args = case.make_args(np.random.default_rng(zlib.crc32(name.encode())))
         want = copy.deepcopy(args)
         api.launch(program, case.grid, case.block, want)

@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,3 +20,12 @@ def load_suite() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def compile_case(suite: ModuleType, case: Any, spec: Any) -> Any:
+    """A case's program for `spec`; warp kernels run with the machine's warps where they
+    are narrower than the suite's (tests/kernels/cases.py, SUITE_WARP_LANES)."""
+    from qwengpu import api
+
+    narrow = spec.lanes < suite.SUITE_WARP_LANES
+    return api.compile(suite.load_source(case), case.kernel, spec=spec, narrow_warps=narrow)

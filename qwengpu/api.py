@@ -26,14 +26,18 @@ def compile(  # noqa: A001 - the CuPy/NVRTC verb
     spec: MachineSpec = DEFAULT_SPEC,
     options: Sequence[str] = (),
     filename: str = "kernel.cu",
+    narrow_warps: bool = False,
 ) -> Program:
     """Compile CUDA C++ to PTX and lower kernel `name` (the only one if None) to a Program.
-    A template instance (`reduce0<int>`) is instantiated by name (NVRTC)."""
+    A template instance (`reduce0<int>`) is instantiated by name (NVRTC). Warp intrinsics
+    that assume CUDA's 32-lane warps are refused unless `narrow_warps` (lower.warps)."""
     names = [name] if name is not None and is_name_expression(name) else []
     compiled = compile_cuda(
         code, filename=filename, compiler=compiler, options=options, names=names
     )
-    return lower_ptx(compiled.ptx, compiled.lowered.get(name, name), spec=spec)
+    return lower_ptx(
+        compiled.ptx, compiled.lowered.get(name, name), spec=spec, narrow_warps=narrow_warps
+    )
 
 
 def is_name_expression(name: str) -> bool:
@@ -50,7 +54,13 @@ def model_spec(model: Any = None, dtype: str = "float32") -> MachineSpec:
     return backend.machine.spec
 
 
-def lower_ptx(ptx: str, name: str | None = None, *, spec: MachineSpec = DEFAULT_SPEC) -> Program:
+def lower_ptx(
+    ptx: str,
+    name: str | None = None,
+    *,
+    spec: MachineSpec = DEFAULT_SPEC,
+    narrow_warps: bool = False,
+) -> Program:
     module = parse_ptx(ptx)
     if name is None:
         entries = [k for k in module.kernels.values() if k.is_entry]
@@ -66,7 +76,7 @@ def lower_ptx(ptx: str, name: str | None = None, *, spec: MachineSpec = DEFAULT_
         kernel = entries[0]
     else:
         kernel = find_entry(module, name)
-    return lower_kernel(module, kernel, spec, ptx=ptx)
+    return lower_kernel(module, kernel, spec, ptx=ptx, narrow_warps=narrow_warps)
 
 
 @dataclass
@@ -160,6 +170,7 @@ class RawKernel:
         dtype: str = "float32",
         model: Any = None,
         prefill: bool = True,
+        narrow_warps: bool = False,
     ) -> None:
         self.code = code
         self.name = name
@@ -170,6 +181,7 @@ class RawKernel:
         self.model = model
         self.prefill = prefill  # the model backend's feeding (api.launch)
         self.options = tuple(options)
+        self.narrow_warps = narrow_warps  # run 32-lane warp code with the machine's warps
 
     @cached_property
     def spec(self) -> MachineSpec:
@@ -181,7 +193,12 @@ class RawKernel:
     @cached_property
     def program(self) -> Program:
         return compile(
-            self.code, self.name, compiler=self.compiler, spec=self.spec, options=self.options
+            self.code,
+            self.name,
+            compiler=self.compiler,
+            spec=self.spec,
+            options=self.options,
+            narrow_warps=self.narrow_warps,
         )
 
     def __call__(

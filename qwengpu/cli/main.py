@@ -75,7 +75,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     compiled = _compile(args, source)
     if args.ptx:
         print(compiled.ptx)
-    program = lower_ptx(compiled.ptx, _kernel(args, compiled))
+    program = lower_ptx(compiled.ptx, _kernel(args, compiled), narrow_warps=args.narrow_warps)
     if args.listing or not args.ptx:
         print(format_listing(program))
     return 0
@@ -96,7 +96,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.model, dtype=args.dtype, base=args.base, device=args.device, progress=_say
         )
         program = lower_ptx(
-            compiled.ptx, compiled.lowered.get(args.kernel, args.kernel), spec=backend.machine.spec
+            compiled.ptx,
+            _kernel(args, compiled),
+            spec=backend.machine.spec,
+            narrow_warps=args.narrow_warps,
         )
         try:
             result = launch(
@@ -115,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             end_progress()  # an error message starts on its own line
     else:
-        program = lower_ptx(compiled.ptx, _kernel(args, compiled))
+        program = lower_ptx(compiled.ptx, _kernel(args, compiled), narrow_warps=args.narrow_warps)
         result = launch(
             program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
         )
@@ -257,6 +260,15 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_narrow_warps(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--narrow-warps",
+        action="store_true",
+        help="run warp intrinsics written for CUDA's 32-lane warps with the machine's own "
+        "narrower warps (refused by default: the answers can differ from CUDA's; docs/isa.md)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qgpu", description="Run CUDA kernels on the qgpu machine."
@@ -272,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ptx", action="store_true", help="print the PTX")
     p.add_argument("--listing", action="store_true", help="print the machine listing")
     p.add_argument("--compiler", choices=compilers, default="auto")
+    _add_narrow_warps(p)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("inspect", help="print the machine's layer map (memories and ops)")
@@ -304,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", action="store_true", help="print every step to stderr")
+    _add_narrow_warps(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("calc", help="evaluate an integer expression on the model's GPU")

@@ -11,6 +11,7 @@ import numpy as np
 from qwengpu.errors import ArgError, ResourceError
 from qwengpu.isa.instr import Program
 from qwengpu.isa.spec import WORD_BYTES, WORD_MASK
+from qwengpu.lower.warps import NARROW_WARPS_HINT
 
 Dim3 = tuple[int, int, int]
 BACKENDS = ("interp", "model")
@@ -61,6 +62,13 @@ def check_geometry(program: Program, grid: Dim3, block: Dim3) -> None:
         raise ResourceError(
             f"block {block} has {threads} threads; the machine runs at most "
             f"{spec.threads_per_cta} per CTA ({spec.warps} warps of {spec.lanes} lanes)"
+        )
+    if program.whole_warp and threads > spec.lanes:
+        raise ResourceError(
+            f"{program.whole_warp} works on the whole warp: CUDA's 32-lane warp holds "
+            f"{min(threads, 32)} of this block's {threads} threads, this machine's {spec.lanes}, "
+            f"so it would give another answer than CUDA. Launch blocks of at most {spec.lanes} "
+            f"threads, write the kernel with warpSize, or {NARROW_WARPS_HINT}"
         )
     ctas = grid[0] * grid[1] * grid[2]
     if ctas > spec.max_grid_ctas:

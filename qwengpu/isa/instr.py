@@ -280,6 +280,7 @@ class Program:
     spec: MachineSpec
     static_data: tuple[int, ...] = ()  # initial words of the static variables
     ptx: str = field(default="", repr=False)
+    whole_warp: str = ""  # '<.cu line> <intrinsic>' that needs the block in one warp (lower.warps)
 
     @property
     def param_words(self) -> int:

@@ -26,6 +26,7 @@ from qwengpu.lower.regalloc import (
     rewrite,
 )
 from qwengpu.lower.translate import Layout, Translator
+from qwengpu.lower.warps import WarpUse, check_warp_width
 
 __all__ = ["lower_kernel"]
 
@@ -101,12 +102,18 @@ def _layout(
 
 
 def lower_kernel(
-    module: ir.Module, kernel: ir.Kernel, spec: MachineSpec = DEFAULT_SPEC, *, ptx: str = ""
+    module: ir.Module,
+    kernel: ir.Kernel,
+    spec: MachineSpec = DEFAULT_SPEC,
+    *,
+    ptx: str = "",
+    narrow_warps: bool = False,
 ) -> Program:
     """Lower one PTX entry to a Program for `spec`; errors name the CUDA line (where the
-    PTX has line info), the PTX line and the limit."""
+    PTX has line info), the PTX line and the limit. Warp intrinsics that assume CUDA's
+    32-lane warps are refused unless `narrow_warps` (lower.warps)."""
     try:
-        return _lower(module, kernel, spec, ptx)
+        return _lower(module, kernel, spec, ptx, narrow_warps)
     except PtxError as exc:
         raise exc.at_source(source_lines(ptx)) from None
     except ResourceError as exc:
@@ -162,8 +169,11 @@ def _demangled(name: str) -> str:
     return name[start : start + int(match[1])] or name
 
 
-def _lower(module: ir.Module, kernel: ir.Kernel, spec: MachineSpec, ptx: str) -> Program:
+def _lower(
+    module: ir.Module, kernel: ir.Kernel, spec: MachineSpec, ptx: str, narrow_warps: bool
+) -> Program:
     _refuse_calls(kernel)
+    warps = WarpUse() if narrow_warps else check_warp_width(kernel, spec.lanes, source_lines(ptx))
     layout, params, static_data, shared_words = _layout(module, kernel)
     layout.constants["WARP_SZ"] = spec.lanes  # warpSize: the target's warp width
     translator = Translator(kernel, layout)
@@ -211,6 +221,7 @@ def _lower(module: ir.Module, kernel: ir.Kernel, spec: MachineSpec, ptx: str) ->
         spec=spec,
         static_data=static_data,
         ptx=ptx,
+        whole_warp=warps.whole_warp,
     )
     try:
         program.validate()

@@ -27,6 +27,9 @@ from pathlib import Path
 import numpy as np
 
 KERNEL_DIR = Path(__file__).resolve().parent
+SUITE_WARP_LANES = 4
+"""The warp width the suite's warp-level kernels are written for: on a narrower machine
+they need `narrow_warps=True` (and then equal the interpreter, not the oracle)."""
 
 M32 = 0xFFFFFFFF
 INT_MIN = -(2**31)

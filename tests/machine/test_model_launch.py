@@ -63,6 +63,13 @@ head) costs about five early-exit passes."""
 _runs: dict[str, object] = {}  # launches kept for the tests that only inspect them
 
 
+def _compile_case(case, spec):
+    """On the reduced preset's 2-lane warps the suite's 4-lane warp kernels run with the
+    machine's own warps (refused otherwise: tests/lower/test_warps.py)."""
+    narrow = spec.lanes < suite.SUITE_WARP_LANES
+    return api.compile(suite.load_source(case), case.kernel, spec=spec, narrow_warps=narrow)
+
+
 def _dot_args():
     return [
         np.array([1, 2, 3], np.int32),
@@ -100,7 +107,7 @@ def _requests(spec, names: list[str]) -> list[tuple[LaunchRequest, list, list]]:
     out = []
     for name in names:
         case = CASES[name]
-        program = api.compile(suite.load_source(case), case.kernel, spec=spec)
+        program = _compile_case(case, spec)
         model_args = case.make_args(np.random.default_rng(zlib.crc32(case.name.encode())))
         ref_args = copy.deepcopy(model_args)
         api.launch(program, case.grid, case.block, ref_args)
@@ -175,7 +182,7 @@ def _paths_taken(cases, spec) -> dict[str, int]:
     """How many of the cases' programs, lowered for `spec`, take each pipeline path."""
     seen: dict[str, int] = {}
     for case in cases:
-        program = api.compile(suite.load_source(case), case.kernel, spec=spec)
+        program = _compile_case(case, spec)
         for path in _pipeline_paths(program):
             seen[path] = seen.get(path, 0) + 1
     return seen
@@ -408,7 +415,7 @@ def _find_fitting_cases(spec) -> list[str]:
         if math.prod(case.block) > 16 or math.prod(case.grid) > 16:
             continue
         try:
-            program = api.compile(suite.load_source(case), case.kernel, spec=spec)
+            program = _compile_case(case, spec)
             for i, block in enumerate(program.blocks):
                 check_supported(i, block, spec)
         except (MachineUnsupported, ResourceError):  # not in the circuit / too big for it
