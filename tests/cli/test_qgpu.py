@@ -341,3 +341,21 @@ def test_a_struct_passed_by_value_is_refused_not_misread(
         capsys, "run", kernel_file(tmp_path, source), "--arg", "int32:[1,2]", "--arg", "int32:[0]"
     )
     assert "param #1 ('k_param_0') is a struct or vector passed by value (8 bytes)" in err
+
+
+def test_warp_code_for_wider_warps_is_refused_unless_narrow_warps_is_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = (
+        'extern "C" __global__ void k(const int* a, int* out)\n{\n'
+        "    int v = a[threadIdx.x];\n"
+        "    v += __shfl_down_sync(0xffffffffu, v, 1);\n"
+        "    out[threadIdx.x] = v;\n}\n"
+    )
+    path = kernel_file(tmp_path, source, "warp.cu")
+    args = ["--block", "8", "--arg", "int32:[1,2,3,4,5,6,7,8]", "--arg", "int32:[0,0,0,0,0,0,0,0]"]
+    err = expect_error(capsys, "run", path, *args)
+    assert err.startswith("qgpu: error: warp.cu:4 __shfl_down_sync works on the whole warp")
+    code, out, _ = run_cli(capsys, "run", path, *args, "--narrow-warps")
+    assert code == 0
+    assert "[3, 5, 7, 8, 11, 13, 15, 16]" in out  # two 4-lane warps: lane 3 reads itself
