@@ -88,30 +88,55 @@ class _Tok(NamedTuple):
     line: int
 
 
-_LOC_LINE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+_LOC_LINE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)(?:.*inlined_at\s+(\d+)\s+(\d+))?")
 _FILE_LINE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
 
 
 def source_lines(text: str) -> dict[int, tuple[str, int]]:
     """The CUDA source line behind each PTX line that has one, from the compiler's `.loc`
-    directives (line info): {PTX line: (file name, line)}; empty without line info."""
+    directives (line info): {PTX line: (file name, line)}; empty without line info. Code
+    inlined from a header (texture fetches, CCCL) is named by the line in the kernel's
+    own file that called it."""
     lines = text.splitlines()
     files = {int(m[1]): Path(m[2]).name for m in map(_FILE_LINE.match, lines) if m}
     out: dict[int, tuple[str, int]] = {}
     loc: tuple[int, int] | None = None
+    home: int | None = None  # the file of the function's own first line
+    callers: dict[tuple[int, int], tuple[int, int]] = {}  # inlined line -> its call site
     for number, line in enumerate(lines, 1):
         if m := _LOC_LINE.match(line):
             loc = (int(m[1]), int(m[2]))
+            home = loc[0] if home is None else home
+            if m[3] is not None:
+                callers[loc] = (int(m[3]), int(m[4]))
+            while loc[0] != home and loc in callers:
+                loc = callers[loc]
         elif ".entry" in line or ".func" in line:
-            loc = None  # a new function: no line until its first .loc
+            loc, home = None, None  # a new function: no line until its first .loc
         elif loc is not None and loc[1] > 0 and line.strip():
             out[number] = (files.get(loc[0], "kernel.cu"), loc[1])
     return out
 
 
+_TEXTURE_OPS = dict.fromkeys(
+    ("tex", "tld4", "txq"),
+    "textures are not supported: the machine has no texture unit; pass the data as an "
+    "array argument (const int*) and index it",
+) | dict.fromkeys(
+    ("suld", "sust", "sured", "suq"),
+    "surfaces are not supported: the machine has no texture unit; pass the data as an "
+    "array argument (int*) and index it",
+)
+"""PTX's texture and surface instructions, refused by what they are in CUDA."""
+
+
 def parse_ptx(text: str) -> Module:
-    """Parse PTX text into a Module; PtxError(message, line, source line) if it cannot."""
-    return _Parser(text).module()
+    """Parse PTX text into a Module; PtxError(message, line, source line) if it cannot,
+    naming the CUDA line where the PTX has line info."""
+    try:
+        return _Parser(text).module()
+    except PtxError as exc:
+        raise exc.at_source(source_lines(text)) from None
 
 
 def _tokenize(text: str) -> list[_Tok]:
@@ -501,6 +526,8 @@ class _Parser:
         if not _OPCODE.fullmatch(op.value):
             raise self.error(f"unknown syntax {_show(op)}", op)
         opcode, *modifiers = op.value.split(".")
+        if opcode in _TEXTURE_OPS:
+            raise self.error(_TEXTURE_OPS[opcode], op)
         operands: list[Operand] = []
         if self.peek().value != ";":
             operands.append(self.operand())

@@ -296,6 +296,29 @@ def test_an_unsupported_instruction_names_its_cuda_line(
     assert err.startswith("qgpu: error: k.cu:3: PTX line ") and "floating-point" in err
 
 
+@pytest.mark.parametrize(
+    ("param", "body", "line", "message"),
+    [
+        ("cudaTextureObject_t t", "a[threadIdx.x] = tex1Dfetch<int>(t, threadIdx.x);", 3,
+         "textures are not supported: the machine has no texture unit"),
+        ("cudaSurfaceObject_t s", "int v;\n    surf1Dread(&v, s, 4);\n    a[0] = v;", 4,
+         "surfaces are not supported"),
+    ],
+    ids=["texture", "surface"],
+)  # fmt: skip
+def test_textures_are_named_at_the_kernels_line_not_the_headers(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    param: str,
+    body: str,
+    line: int,
+    message: str,
+) -> None:
+    source = f'extern "C" __global__ void k({param}, int* a)\n{{\n    {body}\n}}\n'
+    err = expect_error(capsys, "compile", kernel_file(tmp_path, source))
+    assert err.startswith(f"qgpu: error: k.cu:{line}: PTX line ") and message in err
+
+
 TEMPLATE = """template <typename T>
 __global__ void reduce0(const T* in, T* out, int n)
 {
