@@ -31,7 +31,7 @@ from qwengpu.isa.instr import (
     outside_memory_fault,
 )
 from qwengpu.isa.spec import WORD_MASK, MachineSpec
-from qwengpu.machine.exit_bound import ExitBound, exit_bound
+from qwengpu.machine.exit_bound import ExitBound, circuit_logit_min, exit_bound
 from qwengpu.machine.model import CompiledMachine
 from qwengpu.machine.rom import check_supported, encode_block, live_outs, live_pred_outs
 from qwengpu.machine.tokens import (
@@ -581,8 +581,9 @@ def model_exit_bound(machine: CompiledMachine, model: Any, first: int) -> ExitBo
     """machine.exit_bound on a loaded model: its LM head's rows but the circuit tokens'
     behind its final norm."""
     head = model.lm_head.weight.detach()
-    others = (head[:first], head[first + len(machine.vocab) :])
-    return exit_bound(machine, others, model.model.norm.weight.detach())
+    end = first + len(machine.vocab)
+    others = (head[:first], head[end:])
+    return exit_bound(machine, others, head[first:end], model.model.norm.weight.detach())
 
 
 PREFILL_FILL = 0.75
@@ -648,16 +649,34 @@ def checkpoint_backend(
     for i, t in enumerate(machine.vocab.tokens):
         if ids.get(token_string(t)) != first + i:
             raise CheckpointError(f"{directory}: circuit token {t} is missing or out of place")
-    bound = model_exit_bound(machine, model, first)
-    recorded = manifest["circuit"].get("early_exit")
-    if recorded is not None and not all(
-        math.isclose(recorded[k], v, rel_tol=1e-9) for k, v in bound.record().items()
-    ):
+    return ModelBackend(
+        machine,
+        model.to(pick_device(device)),
+        first,
+        tokenizer,
+        _checkpoint_bound(directory, machine, model, first, manifest["circuit"].get("early_exit")),
+    )
+
+
+def _checkpoint_bound(
+    directory: str | Path, machine: CompiledMachine, model: Any, first: int, recorded: Any
+) -> ExitBound:
+    """A checkpoint's early-exit bound: the build's record, whose other side (a product over
+    the whole LM head and every output code: most of a minute on 2B) holds for these
+    weights because load_checkpoint checked every tensor's sha256; the circuit side is
+    recomputed, which also checks that the rows are this machine's. Without a record, all
+    of it is recomputed."""
+    if recorded is None:
+        return model_exit_bound(machine, model, first)
+    rows = model.lm_head.weight.detach()[first : first + len(machine.vocab)]
+    circuit_min = circuit_logit_min(machine, rows, model.model.norm.weight.detach())
+    if not math.isclose(recorded["circuit_logit_min"], circuit_min, rel_tol=1e-9):
         raise CheckpointError(
-            f"{directory}: its LM head or final norm differ from the build's (early-exit "
-            f"bound {recorded} at build, now: {bound.describe()}); rebuild it with `qgpu build`"
+            f"{directory}: its LM head or final norm differ from the build's (the right "
+            f"circuit token scores at least {recorded['circuit_logit_min']:.6g} at build, "
+            f"{circuit_min:.6g} now); rebuild it with `qgpu build`"
         )
-    return ModelBackend(machine, model.to(pick_device(device)), first, tokenizer, bound)
+    return ExitBound(recorded["other_logit_max"], circuit_min)
 
 
 def pick_device(name: str | None = None) -> str:

@@ -2,10 +2,12 @@
 circuit tokens' embedding and output rows, and an in-memory HF model for launches.
 
 The circuit's last fields (o_kind, o_b, ...) are the code of the next token. The last
-circuit layer's (otherwise empty) MLP amplifies them to +-OUTPUT_LEVEL, far above what
-the base model's own layers add, and each circuit token's output row scores agreement
-with its code: row = (2 code - 1) / (1 + final norm weight) on the code dims. The right
-token wins by 2 * OUTPUT_ROW_GAIN * OUTPUT_LEVEL / rms per agreeing channel.
+circuit layer's (otherwise empty) MLP amplifies them to +-OUTPUT_LEVEL, so that after the
+final norm the code carries most of a launch position's norm, and each circuit token's
+output row scores agreement with its code: row = G (2 code - 1) / (1 + final norm weight)
+on the code dims, zero elsewhere. The gain G is the least that clears every other LM-head
+row on launches (machine.exit_bound.launch_row_gain): on text positions the same rows score
+the base's own hidden state, where they must stay below the base's logits.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from qwengpu.isa.spec import MachineSpec
 from qwengpu.machine.circuit import MachineCircuit
 from qwengpu.machine.tokens import Token, Vocabulary
 
-OUTPUT_LEVEL = 2.0**16
-"""The amplified code: +-2^16 per channel. The base's layers add O(1..100) per dim on
-circuit tokens, and 2^16 stays far below the anchors (2^23), so the norm is unchanged."""
-
-OUTPUT_ROW_GAIN = 2.0**6
-"""Scale of the circuit tokens' output rows: sets the logit margin of the right token."""
+OUTPUT_LEVEL = 2.0**22
+"""The amplified code: +-2^22 per channel, half an anchor. With K code channels against one
+or two anchors, the code holds most of a launch position's norm after the final norm (each
+channel normalises to about sqrt(hidden / K)), so the circuit rows need little gain to win
+there and score little on text. Exact in bfloat16 and (with + 1) in float32; the base's
+layers add O(1..100) per dim under the full forward."""
 
 MACHINE_SPEC = MachineSpec(stores_alone=True, rom_blocks=128, mul_high=False)
 """The machine the circuit implements: docs/isa.md's default blocks of four instructions
@@ -96,6 +98,16 @@ class CompiledMachine:
             chans += f.encoding.encode(values.get(f.name, default))
         return np.array(chans, dtype=np.float64)
 
+    def output_codes(self) -> np.ndarray:
+        """[codes, K] the distinct 0/1 codes the circuit can leave on the code dims: one per
+        token it may write (several tokens never share one)."""
+        codes = [
+            self._code(code)
+            for code in map(self.vocab.output_values, self.vocab.tokens)
+            if code is not None
+        ]
+        return np.unique(np.array(codes), axis=0)
+
     def token_embeddings(self) -> np.ndarray:
         """[tokens, hidden] input rows of every circuit token."""
         inputs = {f.name: f for f in self.compiled.circuit.inputs}
@@ -110,9 +122,10 @@ class CompiledMachine:
                 values[name][i] = v
         return self.compiled.embed(values, shape=(n,))
 
-    def output_rows(self, final_norm_scale: np.ndarray) -> np.ndarray:
+    def output_rows(self, final_norm_scale: np.ndarray, gain: float) -> np.ndarray:
         """[tokens, hidden] output (lm_head) rows; zero for host-only tokens.
-        final_norm_scale: the base's final RMSNorm multiplier (1 + weight) per dim."""
+        final_norm_scale: the base's final RMSNorm multiplier (1 + weight) per dim; gain:
+        the rows' scale (exit_bound.launch_row_gain)."""
         scale = np.asarray(final_norm_scale, dtype=np.float64)[self.code_dims]
         if np.any(np.abs(scale) < 1e-3):
             raise CircuitError("the final norm scales a code dim to ~0: the argmax can't see it")
@@ -120,7 +133,7 @@ class CompiledMachine:
         for i, t in enumerate(self.vocab.tokens):
             code = self.vocab.output_values(t)
             if code is not None:
-                rows[i, self.code_dims] = (2 * self._code(code) - 1) / scale * OUTPUT_ROW_GAIN
+                rows[i, self.code_dims] = (2 * self._code(code) - 1) / scale * gain
         return rows
 
     def decode_code(self, residual: np.ndarray) -> Token | None:
@@ -216,6 +229,8 @@ def build_launch_model(
     import torch
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
+    from qwengpu.machine.exit_bound import launch_row_gain
+
     dtype = dtype or torch.float32
     if dtype is torch.float16:
         raise CircuitError("float16 is not supported (anchors of 2^23 overflow it)")
@@ -250,8 +265,9 @@ def build_launch_model(
             model.model.layers[i].load_state_dict(sd, strict=True, assign=True)
         emb = np.concatenate([np.asarray(text_embedding, float), machine.token_embeddings()])
         model.model.embed_tokens.weight.copy_(torch.tensor(emb).to(dtype))
+        gain = launch_row_gain(machine, [torch.tensor(text_embedding)], torch.tensor(norm_w))
         head = np.concatenate(
-            [np.asarray(text_embedding, float), machine.output_rows(1.0 + norm_w)]
+            [np.asarray(text_embedding, float), machine.output_rows(1.0 + norm_w, gain)]
         )
         model.lm_head.weight.copy_(torch.tensor(head).to(dtype))
         model.model.norm.weight.copy_(torch.tensor(norm_w).to(dtype))
@@ -312,7 +328,7 @@ def layer_map(machine: CompiledMachine) -> str:
         f"{sched.num_layers} ({machine.spec.describe()}); {len(machine.vocab)} circuit tokens"
     )
     footer = (
-        "last layer's MLP: output amplifier (next-token code to +-2^16); "
-        f"code dims: {len(machine.code_dims)}"
+        "last layer's MLP: output amplifier (next-token code to "
+        f"+-2^{int(np.log2(OUTPUT_LEVEL))}); code dims: {len(machine.code_dims)}"
     )
     return "\n".join([header, *layer_lines(machine), footer])

@@ -79,6 +79,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         "added; `qwengpu_manifest.json` records the muting proof and every file's sha256.",
         "",
     ]
+    lines += _margins(circuit)
     if synthetic:
         lines += [
             "The base is synthetic: random weights at realistic scales with the real "
@@ -94,3 +95,30 @@ def model_card(manifest: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _margins(circuit: dict[str, Any]) -> list[str]:
+    """The two margins of the circuit tokens' LM-head rows, where the build recorded them."""
+    launch, text = circuit.get("early_exit"), circuit.get("text_margin")
+    if launch is None and text is None:
+        return []
+    lines = ["## Circuit tokens: win on launches, lose on text", ""]
+    if launch is not None:
+        lines += [
+            f"On a launch position the right circuit token scores at least "
+            f"{launch['circuit_logit_min']:.4g} and no other row more than "
+            f"{launch['other_logit_max']:.4g} ({launch['margin']:.1f}x), proven from the "
+            "weights at build time and again at load.",
+            "",
+        ]
+    if text is not None:
+        lines += [
+            f"On text, measured on {text['positions']} calibration positions: the base's top "
+            f"logit beats every circuit token by at least {text['margin_min']:.3g} nats, and "
+            f"circuit tokens take at most {text['circuit_mass_max']:.3g} of the probability "
+            f"(mean {text['circuit_mass_mean']:.3g}). The generation config's "
+            "`suppress_tokens` lists every circuit token besides, so `generate()` never "
+            "emits one.",
+            "",
+        ]
+    return lines

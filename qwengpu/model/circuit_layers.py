@@ -67,9 +67,10 @@ class CircuitLayers:
     suppress_in_text: the circuit tokens' output rows are live on text positions too (the
                      base's final hidden state is arbitrary there), so the generation
                      config suppresses them: plain `generate()` only ever picks text.
-    exit_bound:      given the LM head's other rows (blocks of them) and the final norm's
-                     weight, the proof that they cannot win on a circuit token, as
-                     manifest facts (machine.exit_bound); None: no early exit.
+    exit_bound:      given the LM head's other rows (blocks of them), the output rows as
+                     stored and the final norm's weight, the proof that no other row can
+                     win on a circuit token, as manifest facts (machine.exit_bound); None:
+                     no early exit.
     """
 
     layers: Sequence[CircuitLayer]
@@ -82,7 +83,9 @@ class CircuitLayers:
     layer_map: Sequence[str] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     suppress_in_text: bool = False
-    exit_bound: Callable[[Sequence[torch.Tensor], torch.Tensor | None], dict] | None = None
+    exit_bound: (
+        Callable[[Sequence[torch.Tensor], torch.Tensor, torch.Tensor | None], dict] | None
+    ) = None
 
     @property
     def layer_types(self) -> list[str]:
@@ -138,6 +141,9 @@ class BaseInfo:
     # the base's final RMSNorm weight (hidden,): the norm multiplies by (1 + weight) before
     # the lm_head, so output rows that must score exactly divide by it (None: all zeros)
     final_norm_weight: torch.Tensor | None = None
+    # the base's LM head (vocab_rows, hidden), storage dtype: its embedding when tied. The
+    # rows the circuit's output rows must beat on launches (None: not known)
+    head_rows: torch.Tensor | None = None
 
     @property
     def hidden_size(self) -> int:

@@ -56,6 +56,12 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--shard-size", default="2GB", help="max safetensors shard (default 2GB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
+    parser.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="text to measure the circuit tokens' rows on (default: the shipped multilingual "
+        "sample); the build refuses if a circuit token would win the argmax on it",
+    )
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
 
@@ -72,6 +78,7 @@ def build_cli(args: argparse.Namespace) -> int:
             max_shard_bytes=parse_size(args.shard_size),
             overwrite=args.overwrite,
             progress=_say,
+            calibration=args.calibration,
         )
     except KeyboardInterrupt:
         _say("interrupted: nothing was written")
@@ -89,6 +96,13 @@ def build_cli(args: argparse.Namespace) -> int:
         f"muting: {muting['gate_matrices_checked']} gate matrices proven below "
         f"{muting['threshold']:g} on every text row (worst {muting['worst_gate_bound']:.4g})"
     )
+    text = manifest["circuit"].get("text_margin")
+    if text is not None:
+        print(
+            f"text: circuit tokens at least {text['margin_min']:.3g} nats below the base's top "
+            f"logit on {text['positions']} calibration positions (mass at most "
+            f"{text['circuit_mass_max']:.3g} without suppress_tokens)"
+        )
     print(f"built in {result.seconds:.1f} s")
     return 0
 

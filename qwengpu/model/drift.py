@@ -4,8 +4,11 @@ Both models run the same token ids (the base tokenizer's; the merged tokenizer m
 The merged model keeps every base row at its index; the circuit tokens take the base's
 unused padding rows and rows beyond. So the logits of every base row the circuit did not
 take (the whole tokenizer vocabulary, and the remaining padding) are compared: identical
-bits, KL over them, and top-1 agreement. Circuit tokens get their own figures: the
-probability mass the merged model puts on them, and how often one would win the argmax.
+bits, KL over them, and top-1 agreement. Beside them, the raw full-vocabulary figures,
+what a consumer without `suppress_tokens` sees (a serving engine, a log-likelihood
+evaluation): KL from the base's distribution over its own rows to the merged model's over
+every row, the probability mass the merged model puts on circuit tokens, and the positions
+where a circuit token wins the argmax.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ DEFAULT_TEXT = (
 )
 
 
+SHOWN_POSITIONS = 8  # positions a report's line names where circuit tokens win
+
+
 @dataclass(frozen=True)
 class DriftReport:
     dtype: str
@@ -40,6 +46,10 @@ class DriftReport:
     circuit_mass_max: float  # largest probability the merged model gives circuit tokens
     circuit_top1: int  # positions where a circuit token would win the raw argmax
     suppressed: int = 0  # tokens the merged generation config suppresses (circuit tokens)
+    kl_full_mean: float = 0.0  # KL(base over its rows || merged over every row), nats/token
+    kl_full_max: float = 0.0
+    circuit_mass_mean: float = 0.0
+    circuit_top1_positions: tuple[int, ...] = ()  # where (token index over the texts)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -54,11 +64,17 @@ class DriftReport:
             f"circuit tokens: max mass {self.circuit_mass_max:.3g}, argmax at "
             f"{self.circuit_top1} positions"
         )
+        if self.circuit_top1:
+            shown = ", ".join(map(str, self.circuit_top1_positions[:SHOWN_POSITIONS]))
+            more = "..." if self.circuit_top1 > SHOWN_POSITIONS else ""
+            circuit += f" ({shown}{more})"
         if self.suppressed:
-            circuit += f" (all {self.suppressed} suppressed in generation)"
+            circuit += f"; all {self.suppressed} suppressed in generation"
         return (
             f"{self.dtype:9s} {self.tokens} tokens: {same}; KL mean {self.kl_mean:.3g} max "
-            f"{self.kl_max:.3g} nats; top-1 agreement {self.top1_agreement:.4f}; {circuit}"
+            f"{self.kl_max:.3g} nats; top-1 agreement {self.top1_agreement:.4f}\n"
+            f"          full vocabulary (no suppression): KL mean {self.kl_full_mean:.3g} max "
+            f"{self.kl_full_max:.3g} nats; {circuit}"
         )
 
 
@@ -149,7 +165,8 @@ def measure_drift(
         is_circuit[circuit] = True
         pickable = torch.ones(total, dtype=torch.bool)  # what generate() may emit
         pickable[suppressed] = False
-        identical, max_diff, kls, agree, mass, circuit_top1, count = True, 0.0, [], 0, 0.0, 0, 0
+        identical, max_diff, kls, full_kls, masses, agree, count = True, 0.0, [], [], [], 0, 0
+        circuit_wins: list[int] = []
         for b, m in zip(base_logits, merged_logits, strict=True):
             base_part, text_part = b[:, keep], m[:, :rows][:, keep]
             identical &= torch.equal(base_part, text_part)
@@ -157,14 +174,16 @@ def measure_drift(
             p_log = torch.log_softmax(base_part.double(), -1)
             q_log = torch.log_softmax(text_part.double(), -1)
             kls.append((p_log.exp() * (p_log - q_log)).sum(-1).clamp_min(0))
-            full = torch.softmax(m.double(), -1)
-            mass = max(mass, float(full[:, is_circuit].sum(-1).max()))
-            winner = m.argmax(-1)
-            circuit_top1 += int(is_circuit[winner].sum())
+            full_log = torch.log_softmax(m.double(), -1)
+            q_full = full_log[:, :rows][:, keep]
+            full_kls.append((p_log.exp() * (p_log - q_full)).sum(-1).clamp_min(0))
+            masses.append(full_log[:, is_circuit].exp().sum(-1))
+            wins = is_circuit[m.argmax(-1)].nonzero().squeeze(1)
+            circuit_wins += (wins + count).tolist()
             picked = m.masked_fill(~pickable, float("-inf")).argmax(-1)
             agree += int((picked == b.argmax(-1)).sum())
             count += b.shape[0]
-        kl = torch.cat(kls)
+        kl, full_kl, mass = torch.cat(kls), torch.cat(full_kls), torch.cat(masses)
         reports.append(
             DriftReport(
                 dtype=dtype,
@@ -174,9 +193,13 @@ def measure_drift(
                 kl_mean=float(kl.mean()),
                 kl_max=float(kl.max()),
                 top1_agreement=agree / count,
-                circuit_mass_max=mass,
-                circuit_top1=circuit_top1,
+                circuit_mass_max=float(mass.max()),
+                circuit_top1=len(circuit_wins),
                 suppressed=len(suppressed),
+                kl_full_mean=float(full_kl.mean()),
+                kl_full_max=float(full_kl.max()),
+                circuit_mass_mean=float(mass.mean()),
+                circuit_top1_positions=tuple(circuit_wins),
             )
         )
         del base_logits, merged_logits

@@ -22,6 +22,7 @@ from qwengpu.circuit import GEOMETRIES, Geometry, geometry_from_config
 from qwengpu.circuit.mute import MuteError
 from qwengpu.errors import CircuitError, ModelError
 from qwengpu.isa.spec import MachineSpec
+from qwengpu.machine.exit_bound import exit_bound, launch_row_gain
 from qwengpu.machine.model import (
     CompiledMachine,
     compile_machine,
@@ -118,8 +119,10 @@ class MachineCircuitCompiler:
             ) from None
         norm = base.final_norm_weight
         norm_w = np.zeros(geometry.hidden) if norm is None else norm.double().numpy()
+        head = base.head_rows if base.head_rows is not None else base.text_embeddings
+        gain = launch_row_gain(machine, [head], torch.tensor(norm_w))
         # the lm_head rows must survive storage: round them to the checkpoint's dtype here
-        output_rows = torch.tensor(machine.output_rows(1.0 + norm_w))
+        output_rows = torch.tensor(machine.output_rows(1.0 + norm_w, gain))
         output_rows = output_rows.to(base.storage_dtype).to(torch.float32)
         layers = [
             CircuitLayer(kind, partial(machine.layer_state_dict, i, torch.float32))
@@ -134,21 +137,22 @@ class MachineCircuitCompiler:
             spec=machine.spec,
             compiler_version=self.compiler_version,
             layer_map=layer_lines(machine),
-            extra=_facts(machine),
+            extra={**_facts(machine), "output_row_gain": gain},
             suppress_in_text=True,  # their rows score the code, and text can look like one
             exit_bound=partial(_exit_facts, machine),
         )
 
 
-def _exit_facts(machine: CompiledMachine, other_rows: Any, norm_weight: Any) -> dict[str, Any]:
-    """The early-exit proof on the merged LM head's other rows (machine.exit_bound),
-    refused when it fails: a launch would not be exact without every layer."""
+def _exit_facts(
+    machine: CompiledMachine, other_rows: Any, circuit_rows: Any, norm_weight: Any
+) -> dict[str, Any]:
+    """The early-exit proof on the merged LM head's other rows and the output rows as
+    stored (machine.exit_bound), refused when it fails: a launch would not be exact without
+    every layer."""
     import torch
 
-    from qwengpu.machine.exit_bound import exit_bound
-
     weight = torch.zeros(machine.geometry.hidden) if norm_weight is None else norm_weight
-    bound = exit_bound(machine, other_rows, weight)
+    bound = exit_bound(machine, other_rows, circuit_rows, weight)
     if not bound.proven:
         raise ModelError(f"early exit cannot be proven on this base: {bound.describe()}")
     return bound.record()

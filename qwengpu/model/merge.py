@@ -27,6 +27,7 @@ from typing import Any
 from qwengpu.errors import CheckpointError, ModelError
 from qwengpu.model.atomic import commit_dir, terminate_as_interrupt, work_dir
 from qwengpu.model.base import BaseCheckpoint, Progress, resolve_base
+from qwengpu.model.calibration import calibration_text, check_text_margin, measure_text_margin
 from qwengpu.model.circuit_layers import BaseInfo, CircuitCompiler, CircuitLayers
 from qwengpu.model.manifest import (
     FORMAT,
@@ -73,8 +74,11 @@ def build_checkpoint(
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     progress: Progress | None = None,
+    calibration: str | os.PathLike | None = None,
 ) -> BuildResult:
-    """Build the merged checkpoint DIR = `out` from `base` and `compiler`'s circuit."""
+    """Build the merged checkpoint DIR = `out` from `base` and `compiler`'s circuit; a
+    circuit whose output rows are live on text is measured on the calibration text
+    (`calibration`, else the shipped sample: model.calibration)."""
     import torch
 
     from qwengpu.model.passthrough import PassthroughCircuit
@@ -83,6 +87,7 @@ def build_checkpoint(
     started = time.monotonic()
     out = Path(out).expanduser().absolute()
     _check_target(out, overwrite)
+    text = calibration_text(calibration)  # read before any work: a bad path fails at once
     if not isinstance(base, BaseCheckpoint):
         base = resolve_base(base, revision, say)
     say(f"base: {base.describe()}")
@@ -116,8 +121,14 @@ def build_checkpoint(
 
     exit_facts = None
     if circuit.exit_bound is not None:  # proven before anything is written
-        exit_facts = _exit_facts(base, circuit, output_rows)
+        exit_facts = _exit_facts(base, info, circuit, output_rows)
         say(f"early exit: {exit_facts['margin']:.0f}x margin over every other LM-head row")
+    text_facts = None
+    if output_rows is not None:  # the circuit's own rows are live on text: measure them
+        say("measuring the circuit rows on the calibration text")
+        margin = measure_text_margin(base.directory, output_rows, base.first_free_id, text, dtype)
+        check_text_margin(margin, say)
+        text_facts = margin.record()
     with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
         work = work_dir(out)
         try:
@@ -138,6 +149,8 @@ def build_checkpoint(
             manifest = _manifest(base, circuit, untie, verifier, config)
             if exit_facts is not None:
                 manifest["circuit"]["early_exit"] = exit_facts
+            if text_facts is not None:
+                manifest["circuit"]["text_margin"] = text_facts
             from qwengpu.model.card import model_card
 
             (work / "README.md").write_text(model_card(manifest))
@@ -201,6 +214,7 @@ def _base_info(base: BaseCheckpoint) -> BaseInfo:
     else:
         rows = embed[torch.tensor(ids)]
     norm_key = f"{base.prefix}norm.weight"
+    head = embed if base.tied else base.load("lm_head.weight")
     return BaseInfo(
         source=base.source,
         text_config=copy.deepcopy(base.text_config),
@@ -211,19 +225,21 @@ def _base_info(base: BaseCheckpoint) -> BaseInfo:
         text_token_ids=torch.tensor(ids),
         text_embeddings=rows,
         final_norm_weight=base.load(norm_key) if norm_key in base.tensors else None,
+        head_rows=head,
     )
 
 
-def _exit_facts(base: BaseCheckpoint, circuit: CircuitLayers, output_rows) -> dict[str, Any]:
+def _exit_facts(
+    base: BaseCheckpoint, info: BaseInfo, circuit: CircuitLayers, output_rows
+) -> dict[str, Any]:
     """The circuit's early-exit proof over the merged LM head's rows that are not circuit
-    tokens': the base head's (its embedding, when tied) before and after them."""
+    tokens': the base head's before and after them."""
     if output_rows is None:
         raise ModelError("a circuit with an early-exit bound must give its output rows")
-    head = base.load("lm_head.weight" if "lm_head.weight" in base.tensors else base.embedding_key)
+    head = info.head_rows
     end = base.first_free_id + output_rows.shape[0]
-    norm_key = f"{base.prefix}norm.weight"
-    norm = base.load(norm_key) if norm_key in base.tensors else None
-    return circuit.exit_bound((head[: base.first_free_id], head[end:]), norm)
+    others = (head[: base.first_free_id], head[end:])
+    return circuit.exit_bound(others, output_rows, info.final_norm_weight)
 
 
 def _exact(value, dtype, what: str):

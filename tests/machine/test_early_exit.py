@@ -65,11 +65,12 @@ def test_a_head_the_bound_cannot_clear_runs_every_layer(reduced):
     refused in one line that names the way out."""
     machine = reduced.machine
     hidden = machine.geometry.hidden
+    ready = reduced.get("float32")
     rows = torch.zeros(2, hidden)
     rows[1, machine.compiled.schedule.anchors.dims[0]] = 40.0
-    bound = exit_bound(machine, [rows], torch.zeros(hidden))
+    circuit_rows = ready.model.lm_head.weight[ready.offset :].detach()
+    bound = exit_bound(machine, [rows], circuit_rows, torch.zeros(hidden))
     assert not bound.proven and bound.other_logit_max > bound.circuit_logit_min
-    ready = reduced.get("float32")
     backend = ModelBackend(machine, ready.model, ready.offset, bound=bound)
     program = api.compile(DOT, spec=reduced.spec)
     args = _dot_args()

@@ -13,6 +13,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
+from qwengpu.errors import ModelError
 from qwengpu.isa.spec import DEFAULT_SPEC
 from qwengpu.model.base import resolve_base
 from qwengpu.model.manifest import MANIFEST_NAME, verify_checkpoint
@@ -102,6 +103,10 @@ def test_text_drift_is_exactly_zero_in_both_dtypes(tiny_checkpoint, capsys):
         assert r["kl_mean"] == 0 and r["kl_max"] == 0
         assert r["top1_agreement"] == 1.0 and r["circuit_top1"] == 0
         assert r["tokens"] == 64
+        # the passthrough's tokens keep their input rows: the raw figures are measured too
+        assert r["kl_full_mean"] > 0 and r["kl_full_max"] >= r["kl_full_mean"]
+        assert 0 < r["circuit_mass_mean"] <= r["circuit_mass_max"] < 1
+        assert r["circuit_top1_positions"] == []
 
 
 def test_muting_alone_keeps_text_unchanged(live_text_checkpoint, tmp_path):
@@ -201,40 +206,56 @@ def test_a_fresh_process_loads_it_with_plain_transformers(tiny_checkpoint, tiny_
     assert result["circuit_token"] == 248077
 
 
-@pytest.mark.parametrize("suppress", [True, False])
-def test_circuit_tokens_that_score_on_text_are_suppressed_in_generation(
-    tiny_base, tmp_path, suppress
-):
-    """Circuit tokens whose output rows are live on text positions (the machine's: they
-    score its code) would win plain generate(); `suppress_in_text` puts them in the
-    generation config's suppress_tokens, and generation is the base's again."""
+def _scored_tokens(gain: float):
+    """The passthrough circuit with output rows of random signs times `gain`: live on text
+    positions, as the machine's rows are (they score its code there)."""
     import dataclasses
 
+    from qwengpu.model.passthrough import PassthroughCircuit
+
+    class ScoredTokens(PassthroughCircuit):
+        def __call__(self, base):
+            layers = super().__call__(base)
+            signs = torch.randn(layers.input_rows.shape, generator=torch.Generator().manual_seed(1))
+            rows = gain * torch.sign(signs)
+            return dataclasses.replace(layers, output_rows=rows, suppress_in_text=True)
+
+    return ScoredTokens()
+
+
+def test_circuit_tokens_that_win_on_the_calibration_text_refuse_the_build(tiny_base, tmp_path):
+    """Rows that outscore the base's text somewhere on the calibration text would make any
+    consumer without suppress_tokens stop writing text: refused, with the numbers, and
+    nothing written."""
+    from qwengpu.model.merge import build_checkpoint
+
+    out = tmp_path / "loud"
+    with pytest.raises(ModelError, match=r"a circuit token beats the base's text at \d+ of"):
+        build_checkpoint(tiny_base, out, _scored_tokens(64.0))
+    assert not out.exists()
+
+
+def test_circuit_tokens_scored_on_text_are_measured_and_suppressed(tiny_base, tmp_path):
+    """Quiet rows pass the calibration (its figures recorded in the manifest and the card),
+    and the generation config suppresses every circuit token all the same: plain
+    generate() writes the base's text."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from qwengpu.model.merge import build_checkpoint
-    from qwengpu.model.passthrough import PassthroughCircuit
 
-    class LoudTokens(PassthroughCircuit):
-        def __call__(self, base):
-            layers = super().__call__(base)
-            loud = 64.0 * torch.sign(
-                torch.randn(layers.input_rows.shape, generator=torch.Generator().manual_seed(1))
-            )
-            return dataclasses.replace(layers, output_rows=loud, suppress_in_text=suppress)
-
-    out = tmp_path / "loud"
-    build_checkpoint(tiny_base, out, LoudTokens())
+    out = tmp_path / "quiet"
+    manifest = build_checkpoint(tiny_base, out, _scored_tokens(2.0**-10)).manifest
+    text = manifest["circuit"]["text_margin"]
+    assert text["circuit_wins"] == 0 and text["margin_min"] > 0 and text["positions"] > 100
+    assert "lose on text" in (out / "README.md").read_text()
     generation = json.loads((out / "generation_config.json").read_text())
     first = tiny_base.first_free_id
     circuit_ids = list(range(first, first + len(DEFAULT_TOKENS)))
-    assert generation.get("suppress_tokens", []) == (circuit_ids if suppress else [])
+    assert generation.get("suppress_tokens", []) == circuit_ids
     tokenizer = AutoTokenizer.from_pretrained(str(out))
     ids = tokenizer("The dot product of [1, 2, 3] and [4, 5, 6] is", return_tensors="pt")
     sequences = []
     for directory in (tiny_base.directory, out):
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
         sequences.append(model.generate(**ids, max_new_tokens=6, do_sample=False)[0])
-    picked_circuit = any(int(t) in circuit_ids for t in sequences[1])
-    assert picked_circuit != suppress
-    assert torch.equal(sequences[0], sequences[1]) == suppress
+    assert torch.equal(sequences[0], sequences[1])

@@ -131,7 +131,7 @@ def test_a_changed_head_is_refused_at_load(machine_checkpoint, tmp_path):
     copy = tmp_path / "changed"
     shutil.copytree(path, copy)
     manifest = json.loads((copy / MANIFEST_NAME).read_text())
-    manifest["circuit"]["early_exit"]["other_logit_max"] *= 0.5
+    manifest["circuit"]["early_exit"]["circuit_logit_min"] *= 2
     (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="LM head or final norm differ from the build"):
         checkpoint_backend(copy, dtype="bfloat16")
@@ -148,6 +148,11 @@ def test_text_is_unchanged(machine_checkpoint):
     # the circuit tokens' rows score on text too, but generate() never sees them
     assert all(r.suppressed == len(manifest["circuit"]["tokens"]) for r in reports)
     assert all(r.top1_agreement >= 0.9 for r in reports), [r.line() for r in reports]
+    # and without suppression no circuit token wins: the text side of docs/model.md's
+    # "Two margins", measured by the build on its calibration text and here on another
+    assert all(r.circuit_top1 == 0 for r in reports), [r.line() for r in reports]
+    text = manifest["circuit"]["text_margin"]
+    assert text["circuit_wins"] == 0 and text["margin_min"] > 0
 
 
 LOAD = """
