@@ -105,8 +105,11 @@ def launch(
     progress: Any = None,
     prefill: bool = True,
     full_forward: bool | None = None,
+    shared_mem: int = 0,
 ) -> LaunchResult:
     """Run one launch; arrays in `args` are updated in place with their final contents.
+    `shared_mem`: bytes of dynamic shared memory (`extern __shared__`), CUDA's third
+    launch parameter.
 
     backend "model": the merged model writes the launch. `model` is a ModelBackend, a
     checkpoint directory from `qgpu build`, "memory" (the machine and random base layers
@@ -119,7 +122,7 @@ def launch(
     if backend not in BACKENDS:
         raise ArgError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
     if backend == "model":
-        feeding = {"prefill": prefill, "full_forward": full_forward}
+        feeding = {"prefill": prefill, "full_forward": full_forward, "shared_mem": shared_mem}
         return _launch_on_model(
             program, grid, block, args, max_steps, check, dtype, model, progress, feeding
         )
@@ -127,7 +130,7 @@ def launch(
 
     grid3, block3 = dim3(grid, "grid"), dim3(block, "block")
     check_geometry(program, grid3, block3)
-    image = build_memory(program, args)
+    image = build_memory(program, args, shared_mem)
     state = run_program(
         program,
         LaunchGeometry(grid3, block3),
@@ -208,6 +211,7 @@ class RawKernel:
         args: Sequence[object],
         *,
         max_steps: int | None = None,
+        shared_mem: int = 0,
     ) -> LaunchResult:
         return launch(
             self.program,
@@ -219,4 +223,5 @@ class RawKernel:
             dtype=self.dtype,
             model=self.model,
             prefill=self.prefill,
+            shared_mem=shared_mem,
         )

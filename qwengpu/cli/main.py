@@ -26,6 +26,16 @@ def _step_budget(text: str) -> int:
     return steps
 
 
+def _byte_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of bytes") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{count}: must be 0 or more bytes")
+    return count
+
+
 def _read_source(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -114,13 +124,20 @@ def cmd_run(args: argparse.Namespace) -> int:
                 progress=stderr_progress,
                 prefill=args.feed == "prefill",
                 full_forward=args.full_forward or None,
+                shared_mem=args.shared_mem,
             )
         finally:
             end_progress()  # an error message starts on its own line
     else:
         program = lower_ptx(compiled.ptx, _kernel(args, compiled), narrow_warps=args.narrow_warps)
         result = launch(
-            program, grid, block, launch_args, backend=args.backend, max_steps=args.max_steps
+            program,
+            grid,
+            block,
+            launch_args,
+            backend=args.backend,
+            max_steps=args.max_steps,
+            shared_mem=args.shared_mem,
         )
     if args.trace and args.backend == "model":
         for step in result.model_launch.steps:
@@ -314,6 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_arguments(p)
     p.add_argument("--max-steps", type=_step_budget, default=None, help="step budget (blocks)")
+    p.add_argument(
+        "--shared-mem",
+        type=_byte_count,
+        default=0,
+        metavar="BYTES",
+        help="dynamic shared memory for `extern __shared__` arrays (CUDA's third launch "
+        "parameter; default 0)",
+    )
     p.add_argument("--compiler", choices=compilers, default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", action="store_true", help="print every step to stderr")

@@ -121,9 +121,34 @@ def at(array: np.ndarray, offset: int) -> ArrayAt:
     return ArrayAt(array, int(offset))
 
 
-def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
-    """The memory image of a launch: params, zeroed shared memory, then the arrays."""
+def shared_mem_words(program: Program, shared_mem: object) -> int:
+    """The words of a launch's dynamic shared memory (CUDA's third launch parameter, in
+    bytes), checked before any work."""
+    if isinstance(shared_mem, bool) or not isinstance(shared_mem, int | np.integer):
+        raise ArgError(f"shared_mem must be a number of bytes, got {shared_mem!r}")
+    if shared_mem < 0:
+        raise ArgError(f"shared_mem {shared_mem}: must be 0 or more bytes")
+    if program.dynamic_shared and shared_mem == 0:
+        raise ArgError(
+            f"kernel '{program.name}' declares extern __shared__ memory, but the launch gives "
+            "it 0 bytes: pass its size (--shared-mem BYTES; API shared_mem=)"
+        )
+    words = -(-int(shared_mem) // WORD_BYTES)
+    free = program.spec.memory_words - program.data_base_word
+    if words > free:
+        raise ResourceError(
+            f"shared_mem {shared_mem} bytes ({words} words): only {free} of the machine's "
+            f"{program.spec.memory_words} words are free after the params, static data and "
+            "static shared memory"
+        )
+    return words
+
+
+def build_memory(program: Program, args: Sequence[object], shared_mem: int = 0) -> MemoryImage:
+    """The memory image of a launch: params, zeroed shared memory (static, then
+    `shared_mem` bytes of dynamic), then the arrays."""
     spec = program.spec
+    dynamic = shared_mem_words(program, shared_mem)
     if len(args) != len(program.params):
         names = ", ".join(p.name for p in program.params)
         raise ArgError(
@@ -133,7 +158,8 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
     words = [0] * spec.memory_words
     base = program.static_base_word
     words[base : base + len(program.static_data)] = program.static_data
-    next_word = program.data_base_word
+    first_array = program.data_base_word + dynamic
+    next_word = first_array
     slots = []
     for index, (param, arg) in enumerate(zip(program.params, args, strict=True)):
         value, offset = (arg.array, arg.offset) if isinstance(arg, ArrayAt) else (arg, 0)
@@ -151,13 +177,13 @@ def build_memory(program: Program, args: Sequence[object]) -> MemoryImage:
             data = _array_words(value, param.name, index)
             end = next_word + len(data)
             if end > spec.memory_words:
-                needed = end - program.data_base_word
+                needed = end - first_array
                 raise ArgError(
                     f"argument #{index + 1} ('{param.name}'): arrays need {needed}"
-                    f" words in all, but only {spec.memory_words - program.data_base_word} of the"
+                    f" words in all, but only {spec.memory_words - first_array} of the"
                     f" machine's {spec.memory_words} words are free (params "
                     f"{program.param_words}, static {len(program.static_data)}, shared "
-                    f"{program.shared_words})"
+                    f"{program.shared_words + dynamic})"
                 )
             words[next_word:end] = [int(w) for w in data]
             words[param.word] = next_word * WORD_BYTES + offset * value.itemsize

@@ -123,6 +123,7 @@ class LaunchRequest:
     grid: int | Sequence[int]
     block: int | Sequence[int]
     args: Sequence[object]
+    shared_mem: int = 0  # bytes of dynamic shared memory (extern __shared__)
 
 
 @dataclass
@@ -243,6 +244,7 @@ class ModelBackend:
         prefill: bool = True,
         progress: Callable[[str], None] | None = None,
         full_forward: bool | None = None,
+        shared_mem: int = 0,
     ) -> ModelLaunch:
         """Run one launch; arrays in `args` get their final contents.
 
@@ -250,7 +252,7 @@ class ModelBackend:
         feeds them one by one with the cache (recurrent path). full_forward=True runs every
         layer and the whole LM head, False stops after the circuit (host.early_exit), None
         takes the backend's `full_forward`."""
-        request = LaunchRequest(program, grid, block, args)
+        request = LaunchRequest(program, grid, block, args, shared_mem)
         (run,) = self.launch_many(
             [request],
             max_steps=max_steps,
@@ -465,7 +467,7 @@ class ModelBackend:
                 f"the model backend runs at most {MAX_NTID} threads per CTA and {MAX_CTAS} CTAs; "
                 f"block {block3} has {threads} threads, grid {grid3} has {ctas} CTAs"
             )
-        image = build_memory(program, request.args)
+        image = build_memory(program, request.args, request.shared_mem)
         prompt = load_tokens(self.machine, program, image.words, block3, grid3)
         prompt.append(token("CTA", x=0, y=0, z=0))
         return _Job(

@@ -268,7 +268,8 @@ class Program:
     """A lowered kernel: ROM blocks plus the memory layout the host must honour.
 
     Memory layout (words): [params][static data: __constant__ and __device__ variables]
-    [shared memory of the CTA][arrays, placed by the host].
+    [shared memory of the CTA: static, then the launch's dynamic shared_mem bytes]
+    [arrays, placed by the host].
     """
 
     name: str
@@ -281,6 +282,7 @@ class Program:
     static_data: tuple[int, ...] = ()  # initial words of the static variables
     ptx: str = field(default="", repr=False)
     whole_warp: str = ""  # '<.cu line> <intrinsic>' that needs the block in one warp (lower.warps)
+    dynamic_shared: bool = False  # extern __shared__: the launch gives its size (shared_mem)
 
     @property
     def param_words(self) -> int:

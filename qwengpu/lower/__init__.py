@@ -86,17 +86,16 @@ def _layout(
     address += len(static)
     shared_start = address
     for var in variables:
-        if var.space == "shared":
-            if var.extern:
-                raise PtxError(
-                    f"dynamic shared memory ('extern __shared__ {var.name}') is not supported; "
-                    "declare the array with a fixed size",
-                    var.line,
-                )
+        if var.space == "shared" and not var.extern:
             align = max(WORD_BYTES, var.align)
             address = -(-address // align) * align
             symbols[var.name] = address
             address += -(-var.size_bytes // WORD_BYTES) * WORD_BYTES
+    dynamic = [var for var in variables if var.space == "shared" and var.extern]
+    if dynamic:  # extern __shared__ arrays all start where the static ones end (as CUDA's)
+        align = max(WORD_BYTES, *(var.align for var in dynamic))
+        address = -(-address // align) * align
+        symbols.update(dict.fromkeys((var.name for var in dynamic), address))
     shared_words = (address - shared_start) // WORD_BYTES
     return Layout(symbols), tuple(params), static_words, shared_words
 
@@ -175,6 +174,8 @@ def _lower(
     _refuse_calls(kernel)
     warps = WarpUse() if narrow_warps else check_warp_width(kernel, spec.lanes, source_lines(ptx))
     layout, params, static_data, shared_words = _layout(module, kernel)
+    variables = (*module.variables, *kernel.variables)
+    dynamic_shared = any(v.space == "shared" and v.extern for v in variables)
     layout.constants["WARP_SZ"] = spec.lanes  # warpSize: the target's warp width
     translator = Translator(kernel, layout)
     vblocks = translator.translate()
@@ -222,6 +223,7 @@ def _lower(
         static_data=static_data,
         ptx=ptx,
         whole_warp=warps.whole_warp,
+        dynamic_shared=dynamic_shared,
     )
     try:
         program.validate()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from qwengpu import api
-from qwengpu.errors import ArgError
+from qwengpu.errors import ArgError, ResourceError
 from qwengpu.host.launch import dim3
 
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
@@ -87,3 +87,59 @@ def test_the_cli_takes_a_pointer_offset(capsys, tmp_path):
     assert lines[1] == "stencil_param_1 = [6, 9, 12, 15]"
     assert main(["run", str(path), "--arg", "int32:[1,2]+3", *args[2:]]) == 1
     assert "offset 3 is outside the array's 2 elements" in capsys.readouterr().err
+
+
+# dynamic shared memory after a static array: both start zeroed, the extern one where the
+# static one ends (aligned), the arrays after both
+DYNAMIC_SHARED = """
+extern "C" __global__ void rev(const int* in, int* out, int n)
+{
+    __shared__ int fixed[3];
+    extern __shared__ int s[];
+    int t = threadIdx.x;
+    if (t < 3) fixed[t] = t + 100;
+    if (t < n) s[t] = in[t];
+    __syncthreads();
+    if (t < n) out[t] = s[n - 1 - t] + fixed[t % 3];
+}
+"""
+
+
+def _rev_args():
+    return [np.arange(1, 9, dtype=np.int32), np.zeros(8, np.int32), np.int32(8)]
+
+
+def test_dynamic_shared_memory_takes_its_size_at_launch():
+    """`extern __shared__` as CUDA's third launch parameter gives it: in the API, in
+    RawKernel (CuPy's shared_mem=) and on the model (tests/machine: the suite's runner)."""
+    args = _rev_args()
+    api.launch(api.compile(DYNAMIC_SHARED), 1, 8, args, shared_mem=8 * 4)
+    assert args[1].tolist() == [
+        8 + 100,
+        7 + 101,
+        6 + 102,
+        5 + 100,
+        4 + 101,
+        3 + 102,
+        2 + 100,
+        1 + 101,
+    ]
+    again = _rev_args()
+    api.RawKernel(DYNAMIC_SHARED, "rev")((1,), (8,), again, shared_mem=32)
+    assert again[1].tolist() == args[1].tolist()
+
+
+@pytest.mark.parametrize(
+    ("shared_mem", "error", "match"),
+    [
+        (0, ArgError, "declares extern __shared__ memory, but the launch gives it 0 bytes"),
+        (-4, ArgError, "must be 0 or more bytes"),
+        (2.5, ArgError, "must be a number of bytes"),
+        (4096, ResourceError, r"shared_mem 4096 bytes \(1024 words\): only \d+ of"),
+    ],
+)
+def test_a_bad_shared_mem_is_refused_before_the_launch(shared_mem, error, match):
+    args = _rev_args()
+    with pytest.raises(error, match=match):
+        api.launch(api.compile(DYNAMIC_SHARED), 1, 8, args, shared_mem=shared_mem)
+    assert not args[1].any()

@@ -457,6 +457,19 @@ def test_the_full_machine_on_the_2b_geometry(full, dtype):
     assert not failed, "\n".join(failed)
 
 
+def test_dynamic_shared_memory_on_the_model(reduced):
+    """`extern __shared__` sized at launch: the model's load tokens lay the arrays out
+    after it, as the interpreter does (tests/host/test_launch.py)."""
+    from tests.host.test_launch import DYNAMIC_SHARED, _rev_args
+
+    backend = reduced.get("float32")
+    program = api.compile(DYNAMIC_SHARED, spec=backend.machine.spec)
+    want, got = _rev_args(), _rev_args()
+    api.launch(program, 1, 8, want, shared_mem=32)
+    run = backend.launch(program, 1, 8, got, shared_mem=32)
+    assert got[1].tolist() == want[1].tolist() and check_launch(program, run) == len(run.steps)
+
+
 def test_launch_many_takes_a_feeding_per_request(reduced):
     from qwengpu.errors import ArgError
 
