@@ -2,6 +2,7 @@
 
     uv run python benchmarks/launch_speed.py [--model memory|memory:2b|DIR ...]
         [--dtype float32|bfloat16 ...] [--device cpu|cuda] [--batch 64] [--no-full-batch]
+        [--early-exit-only]
 
 For each model and dtype: one launch of each kernel (dot, collatz, matmul4; the load
 tokens in one prefill), then a batch of `--batch` launches (the three kernels in turn,
@@ -10,7 +11,9 @@ layer and the whole LM head: the baseline). Printed: tokens the model wrote, sec
 (prefill included), tokens per second and the ratio. Every launch's arrays must equal
 the interpreter's, and the two paths' tokens must be identical. `--model DIR` is a
 checkpoint from `qgpu build` (e.g. `--base synthetic:2b`); `memory:*` builds the machine
-with 4 random base layers in memory. docs/protocol.md records the figures.
+with 4 random base layers in memory. `--early-exit-only` loads a checkpoint's circuit
+layers alone, as `qgpu run` does (the 2B checkpoint in float32 does not fit 24 GB whole),
+and times early exit without its baseline. docs/protocol.md records the figures.
 """
 
 from __future__ import annotations
@@ -88,18 +91,24 @@ def main() -> None:
     parser.add_argument(
         "--no-full-batch", action="store_true", help="the batch with early exit only"
     )
+    parser.add_argument(
+        "--early-exit-only",
+        action="store_true",
+        help="load a checkpoint's circuit layers only and time early exit alone",
+    )
     args = parser.parse_args()
+    alone = args.early_exit_only
     for model in args.model or ["memory"]:
         for dtype in args.dtype or ["float32", "bfloat16"]:
-            backend = model_backend(model, dtype=dtype, device=args.device)
+            backend = model_backend(model, dtype=dtype, device=args.device, circuit_only=alone)
             where = f"{model}, {dtype}, {backend.model.device}"
             print(f"# {where}: {backend.bound.describe()}", flush=True)
             timed(backend, ["dot"], full_forward=False)  # warm-up: live parts, kernels
             for name in KERNELS:
-                compare(f"{name} ({where})", backend, [name], full=True)
+                compare(f"{name} ({where})", backend, [name], full=not alone)
             batch = [KERNELS[k % len(KERNELS)] for k in range(args.batch)]
             label = f"batch of {args.batch} ({where})"
-            compare(label, backend, batch, full=not args.no_full_batch)
+            compare(label, backend, batch, full=not (args.no_full_batch or alone))
 
 
 if __name__ == "__main__":

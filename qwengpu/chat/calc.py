@@ -116,7 +116,14 @@ class Calculator:
             self._model = (
                 model
                 if isinstance(model, ModelBackend)
-                else model_backend(model, dtype=dtype, base=base, device=device, progress=progress)
+                else model_backend(
+                    model,
+                    dtype=dtype,
+                    base=base,
+                    device=device,
+                    progress=progress,
+                    circuit_only=not full_forward,  # early exit: the circuit's layers only
+                )
             )
 
     @property

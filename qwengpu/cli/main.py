@@ -103,7 +103,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         from qwengpu.host.model_backend import end_progress, model_backend, stderr_progress
 
         backend = model_backend(
-            args.model, dtype=args.dtype, base=args.base, device=args.device, progress=_say
+            args.model,
+            dtype=args.dtype,
+            base=args.base,
+            device=args.device,
+            progress=_say,
+            circuit_only=not args.full_forward,  # early exit needs the circuit's layers only
         )
         program = lower_ptx(
             compiled.ptx,

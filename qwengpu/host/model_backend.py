@@ -199,6 +199,9 @@ class ModelBackend:
         """Decode on the CPU with qwengpu's in-place delta-rule kernel (host.decode_kernel)
         over each layer's live part only (host.live_decode); False keeps transformers'
         modules and torch kernel."""
+        self.circuit_only = False
+        """True: `model` holds the circuit's layers alone (checkpoint_backend's
+        circuit_only), so launches stop after them and the full forward is refused."""
         self.live_parts: Any = None
         """Each layer's live part (host.live_decode.LiveParts), found from the weights on
         the first CPU launch; LiveParts({}) runs every module's own forward."""
@@ -218,6 +221,11 @@ class ModelBackend:
         """The model a launch runs (the whole one, or the one cut after the circuit) and
         the token id of its logit 0; `full_forward` None: the backend's `full_forward`."""
         full = self.full_forward if full_forward is None else full_forward
+        if full and self.circuit_only:
+            raise LaunchError(
+                "this checkpoint was loaded with the circuit's layers only (launches stop "
+                "after them); load it with every layer to run the full forward"
+            )
         if full or (full is None and not self.bound.proven):
             return self.model, 0
         if not self.bound.proven:
@@ -301,11 +309,13 @@ class ModelBackend:
         # MB a launch in float64, only when it trapped, for the message)
         final: dict[int, list[int]] = {}
         trapped: dict[int, dict[int, np.ndarray]] = {}
-        start = time.perf_counter()
         model, first_id = self._runner(full_forward)
         device = model.device
         fast = self._cpu_decode() if self.fast_decode else contextlib.nullcontext(False)
         with torch.no_grad(), exact_arithmetic(), fast as cpu_path:
+            # timed from here: the first launch's one-time setup (the cut model, each
+            # layer's live parts found from the weights) is the module load, not the launch
+            start = time.perf_counter()
             # the first forwards: each row's whole prompt, or its first token
             heads = [p if whole else p[:1] for p, whole in zip(prompts, feeds, strict=True)]
             cache, running, mask, logits = self._prefill(model, heads)
@@ -612,12 +622,18 @@ def _words(rows: np.ndarray) -> list[int]:
 
 
 def checkpoint_backend(
-    directory: str | Path, dtype: str = "float32", device: str | None = None
+    directory: str | Path,
+    dtype: str = "float32",
+    device: str | None = None,
+    *,
+    circuit_only: bool = False,
 ) -> ModelBackend:
     """A ModelBackend on a checkpoint from `qgpu build --circuit machine`, loaded with plain
     transformers. The manifest names the machine (MachineSpec, compiler version, geometry);
     its layout is rebuilt here (the schedule is deterministic) and checked against the
-    checkpoint's layer types and circuit token ids."""
+    checkpoint's layer types and circuit token ids. `circuit_only` loads the circuit's
+    layers alone, all that early exit runs (the 2B checkpoint in float32: about 14 GB
+    instead of 26): launches only, where the manifest records a proven early exit."""
     from qwengpu.machine.model import machine_layout
     from qwengpu.model.machine_circuit import (
         MACHINE_COMPILER_VERSION,
@@ -636,8 +652,10 @@ def checkpoint_backend(
             "one with `qgpu build --circuit machine`"
         )
     spec = spec_from_dict(manifest["machine_spec"])
+    recorded = manifest["circuit"].get("early_exit")
+    circuits = len(manifest["circuit"]["layer_types"]) if circuit_only and recorded else None
     model, tokenizer, manifest = load_checkpoint(
-        directory, spec, MACHINE_COMPILER_VERSION, dtype=dtype
+        directory, spec, MACHINE_COMPILER_VERSION, dtype=dtype, layers=circuits
     )
     machine = machine_layout(geometry_from_record(extra["geometry"]), spec)
     circuit_types = manifest["circuit"]["layer_types"]
@@ -651,13 +669,10 @@ def checkpoint_backend(
     for i, t in enumerate(machine.vocab.tokens):
         if ids.get(token_string(t)) != first + i:
             raise CheckpointError(f"{directory}: circuit token {t} is missing or out of place")
-    return ModelBackend(
-        machine,
-        model.to(pick_device(device)),
-        first,
-        tokenizer,
-        _checkpoint_bound(directory, machine, model, first, manifest["circuit"].get("early_exit")),
-    )
+    bound = _checkpoint_bound(directory, machine, model, first, recorded)
+    backend = ModelBackend(machine, model.to(pick_device(device)), first, tokenizer, bound)
+    backend.circuit_only = circuits is not None
+    return backend
 
 
 def _checkpoint_bound(
@@ -725,10 +740,12 @@ def model_backend(
     base: str | None = None,
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
+    circuit_only: bool = False,
 ) -> ModelBackend:
     """The backend for `--model`: a checkpoint directory, "memory[:0.8b|:2b]", or (None)
     the default checkpoint in the user cache, built from `base` on first use
-    (docs/model.md)."""
+    (docs/model.md). `circuit_only`: a checkpoint may be loaded with the circuit's layers
+    alone (launches with early exit only; checkpoint_backend)."""
     device = pick_device(device)
     if isinstance(model, str) and model in MEMORY_MODELS:
         return default_backend(dtype, MEMORY_MODELS[model], device)
@@ -738,10 +755,13 @@ def model_backend(
 
         model = ensure_checkpoint(MachineCircuitCompiler(), base, progress=progress)
     key = f"{Path(model).expanduser().absolute()}:{dtype}:{device}"
-    if key not in _checkpoints:
+    loaded = _checkpoints.get(key)
+    if loaded is None or (loaded.circuit_only and not circuit_only):
         _checkpoints.clear()  # one loaded checkpoint at a time: they are several GB
-        _checkpoints[key] = checkpoint_backend(Path(model).expanduser(), dtype, device)
-    return _checkpoints[key]
+        path = Path(model).expanduser()
+        loaded = checkpoint_backend(path, dtype, device, circuit_only=circuit_only)
+        _checkpoints[key] = loaded
+    return loaded
 
 
 DEFAULT_BASE_LAYERS = 4

@@ -9,9 +9,10 @@ then loads it with plain transformers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -235,17 +236,25 @@ def load_checkpoint(
     vision: bool = False,
     deep: bool = False,
     on_bytes: Callable[[int], None] | None = None,
+    layers: int | None = None,
 ):
     """(model, tokenizer, manifest) of a verified checkpoint, loaded with plain transformers.
 
     The first load of a checkpoint (and the first after any of its files changed: size,
     mtime) checks every file's checksum (`on_bytes` hears the bytes read), remembered in
     the user cache; deep=True checks them again. vision=True loads the image-text class
-    (vision layout only); otherwise the causal LM.
+    (vision layout only); otherwise the causal LM. `layers` loads only the first that
+    many decoder layers (the circuit's, for launches that stop after it), leaving the
+    others' tensors on disk.
     """
     import torch
     from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoTokenizer,
+    )
 
     if dtype not in ("bfloat16", "float32"):
         raise CheckpointError(
@@ -264,7 +273,13 @@ def load_checkpoint(
         raise CheckpointError(f"{directory} is a text-only checkpoint: it has no vision tower")
     cls = AutoModelForImageTextToText if vision else AutoModelForCausalLM
     try:
-        model = cls.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+        config = AutoConfig.from_pretrained(str(directory))
+        if layers is not None:
+            text = getattr(config, "text_config", config)
+            text.num_hidden_layers = layers
+            text.layer_types = list(text.layer_types[:layers])
+        with _quiet_transformers():  # the layers left out are "unused weights" to it
+            model = cls.from_pretrained(str(directory), config=config, dtype=getattr(torch, dtype))
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -274,3 +289,16 @@ def load_checkpoint(
         ) from None
     model.eval()
     return model, tokenizer, manifest
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' warnings off for one load (errors still raise)."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)

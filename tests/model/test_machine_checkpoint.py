@@ -116,6 +116,32 @@ def test_early_exit_writes_the_full_forwards_tokens_on_the_checkpoint(machine_ch
     assert [r.forward for r in runs.values()] == ["early exit", "full forward"]
 
 
+def test_launches_load_the_circuits_layers_only(machine_checkpoint):
+    """`qgpu run` and `qgpu calc` load a checkpoint without its base layers (early exit
+    runs none of them): the dot product is exact and replays, the full forward is refused
+    in one line, and a later request for every layer loads them."""
+    import numpy as np
+
+    from qwengpu import api
+    from qwengpu.errors import LaunchError
+    from qwengpu.host.model_backend import model_backend
+
+    _, path, manifest = machine_checkpoint
+    backend = model_backend(str(path), dtype="bfloat16", circuit_only=True)
+    circuits = len(manifest["circuit"]["layer_types"])
+    assert backend.circuit_only and backend.model.config.num_hidden_layers == circuits
+    assert len(backend.model.model.layers) == circuits
+    program = api.compile((REPO / "examples" / "dot.cu").read_text(), spec=backend.machine.spec)
+    args = [np.array([1, 2, 3], np.int32), np.array([4, 5, 6], np.int32)]
+    args += [np.zeros(1, np.int32), np.int32(3)]
+    result = api.launch(program, 1, 4, args, backend="model", model=backend, check=True)
+    assert int(args[2][0]) == 32 and result.checked
+    with pytest.raises(LaunchError, match="circuit's layers only"):
+        backend.launch(program, 1, 4, args, full_forward=True)
+    full = model_backend(str(path), dtype="bfloat16")
+    assert not full.circuit_only and len(full.model.model.layers) > circuits
+
+
 def test_a_changed_head_is_refused_at_load(machine_checkpoint, tmp_path):
     """A manifest whose early-exit figures the loaded weights do not reproduce (a head or
     final norm changed after the build): refused, never run with an unproven exit."""
