@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,24 +16,24 @@ from qwengpu.host.argspec import parse_arg_spec, parse_dim3
 from qwengpu.host.launch import ArrayAt
 
 
-def _step_budget(text: str) -> int:
-    try:
-        steps = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if steps < 1:
-        raise argparse.ArgumentTypeError(f"{steps}: a launch needs at least 1 step")
-    return steps
+def _whole_number(least: int, refusal: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `least`; `refusal` says why not,
+    with {n} for the number given."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if number < least:
+            raise argparse.ArgumentTypeError(refusal.format(n=number))
+        return number
+
+    return parse
 
 
-def _byte_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of bytes") from None
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"{count}: must be 0 or more bytes")
-    return count
+_step_budget = _whole_number(1, "{n}: a launch needs at least 1 step")
+_byte_count = _whole_number(0, "{n}: must be 0 or more bytes")
 
 
 def _read_source(path: str) -> str:
