@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -16,17 +15,9 @@ from qwengpu import api
 from qwengpu.errors import LaunchError
 from qwengpu.host.model_backend import ModelBackend
 from qwengpu.machine.exit_bound import EXIT_MARGIN, exit_bound
+from tests.machine.test_model_launch import _dot_args
 
 DOT = (Path(__file__).resolve().parents[2] / "examples" / "dot.cu").read_text()
-
-
-def _dot_args():
-    return [
-        np.array([1, 2, 3], np.int32),
-        np.array([4, 5, 6], np.int32),
-        np.zeros(1, np.int32),
-        np.int32(3),
-    ]
 
 
 def test_the_bound_holds_on_every_position_of_a_launch(reduced, request):
