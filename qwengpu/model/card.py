@@ -65,8 +65,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         f"| {k}..{total - 1} | {base['source']}'s own layers 0..{base['num_layers'] - 1}, "
         "unchanged |",
         "",
-        f"Circuit tokens (ids from {base['tokenizer_size']}, after the base tokenizer's "
-        "vocabulary): " + ", ".join(f"`{t}`" for t in circuit["tokens"]),
+        _token_line(circuit["tokens"], base["tokenizer_size"]),
         "",
         "## How it was built",
         "",
@@ -122,3 +121,22 @@ def _margins(circuit: dict[str, Any]) -> list[str]:
             "",
         ]
     return lines
+
+
+SHOWN_TOKENS = 12
+"""Circuit tokens the card names; the machine has tens of thousands (tokenizer.json and
+the manifest list them all)."""
+
+
+def _token_line(tokens: dict[str, int], first: int) -> str:
+    names = list(tokens)
+    shown = ", ".join(f"`{t}`" for t in names[:SHOWN_TOKENS])
+    more = (
+        f" and {len(names) - SHOWN_TOKENS:,} more (all in tokenizer.json and the manifest)"
+        if len(names) > SHOWN_TOKENS
+        else ""
+    )
+    return (
+        f"{len(names):,} circuit tokens, ids from {first} (after the base tokenizer's "
+        f"vocabulary): {shown}{more}."
+    )
